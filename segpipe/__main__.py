@@ -1,0 +1,5 @@
+import sys
+
+from segpipe.cli import main
+
+sys.exit(main())
