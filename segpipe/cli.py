@@ -103,7 +103,46 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-_REGISTRARS = [_add_synth, _add_memory, _add_plan, _add_info]
+def _add_convert(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="convert an image or DICOM folder to NIfTI/NRRD/MHA with its exact geometry",
+        description=(
+            "Read an image (NIfTI, NRRD, MHA/MHD or a DICOM folder, in HU) and write it in the format "
+            "given by OUTPUT's suffix, keeping size, spacing, origin and direction. The write is atomic."
+        ),
+    )
+    p.add_argument("input", help="image file or DICOM folder")
+    p.add_argument("output", help="output file (.nii.gz, .nii, .nrrd, .nhdr, .mha or .mhd)")
+    p.add_argument("--series", metavar="UID", help="DICOM SeriesInstanceUID to read when a folder holds several")
+    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+
+    def run(args: argparse.Namespace) -> int:
+        from segpipe import io
+
+        io.check_output_path(args.output, overwrite=args.overwrite)  # fail before reading
+        image = io.read_image(args.input, series_uid=args.series)
+        out = io.write_image(image, args.output, overwrite=args.overwrite)
+        print(f"wrote {out} {image.GetSize()}")
+        return 0
+
+    p.set_defaults(handler=run)
+
+
+_REGISTRARS = [_add_synth, _add_memory, _add_plan, _add_info, _add_convert]
+
+
+def _setup_logging(debug: bool) -> None:
+    """segpipe's warnings go to stderr as one line each (the library itself installs nothing)."""
+    import logging
+
+    logger = logging.getLogger("segpipe")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("segpipe: %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(logging.DEBUG if debug else logging.INFO)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    _setup_logging(args.debug)
     try:
         return int(handler(args) or 0)
     except SegpipeError as err:

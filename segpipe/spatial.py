@@ -1,16 +1,376 @@
-"""Orientation, resampling, crops and boxes in physical space (SimpleITK)."""
+"""Orientation, resampling, crops and boxes in physical space (SimpleITK).
+
+Conventions: physical coordinates are ITK's LPS in mm (+x patient left, +y posterior,
++z superior); ``*_xyz`` tuples follow SimpleITK's (x, y, z) index order, numpy arrays from
+``sitk.GetArrayFromImage`` are ``(z, y, x)``. Images resample with linear or B-spline
+interpolation, labels with nearest neighbour or label-Gaussian, never the other way round.
+
+Example:
+    >>> import SimpleITK as sitk
+    >>> image = sitk.Image(40, 30, 20, sitk.sitkInt16)
+    >>> canonical, code = to_canonical(image)
+    >>> restored = from_canonical(canonical, image)
+    >>> restored.GetSize() == image.GetSize()
+    True
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
 import SimpleITK as sitk
+
+from segpipe.errors import GeometryError
+
+__all__ = [
+    "CANONICAL",
+    "Box",
+    "orientation_code",
+    "reorient",
+    "to_canonical",
+    "from_canonical",
+    "same_geometry",
+    "copy_geometry",
+    "resample_image",
+    "resample_label",
+    "resample_to_spacing",
+    "resample_to_reference",
+    "box_from_mask",
+    "crop_to_box",
+    "paste",
+    "physical_centroid",
+    "voxel_volume_ml",
+]
 
 CANONICAL = "LPS"
 
+_IMAGE_INTERP = {"linear": sitk.sitkLinear, "bspline": sitk.sitkBSpline}
+_LABEL_INTERP = {"nearest": sitk.sitkNearestNeighbor, "label_gaussian": sitk.sitkLabelGaussian}
+
+
+# ----------------------------------------------------------------------------- orientation
+def orientation_code(image: sitk.Image) -> str:
+    """Three-letter code of the axis directions, ITK/DICOM convention (identity is ``"LPS"``):
+    the letters say where +i, +j, +k point (the nearest axis for oblique scans)."""
+    return sitk.DICOMOrientImageFilter.GetOrientationFromDirectionCosines(image.GetDirection())
+
 
 def reorient(image: sitk.Image, code: str) -> sitk.Image:
-    """Permute/flip axes so the image's axes point along ``code`` (DICOM/ITK convention:
-    ``"LPS"`` means +i -> patient left, +j -> posterior, +k -> superior; identity direction).
+    """Permute/flip axes so the image's axes point along ``code`` (``"LPS"``: +i -> patient
+    left, +j -> posterior, +k -> superior; ``"RAS"``, ``"LPI"`` for feet-first, ...).
 
-    Only voxel order and the direction/origin change; every voxel keeps its physical position.
+    Only the voxel order and the direction/origin change; every voxel keeps its physical
+    position, so nothing is interpolated.
     """
-    return sitk.DICOMOrient(image, code.upper())
+    code = code.upper()
+    if len(code) != 3 or {c for c in code} - set("LRPAIS") or len({_axis_of(c) for c in code}) != 3:
+        raise GeometryError(f"expected an orientation code like 'LPS' or 'RAS', got {code!r}")
+    return sitk.DICOMOrient(image, code)
+
+
+def _axis_of(letter: str) -> int:
+    return {"L": 0, "R": 0, "P": 1, "A": 1, "S": 2, "I": 2}[letter]
+
+
+def to_canonical(image: sitk.Image) -> tuple[sitk.Image, str]:
+    """Reorient to :data:`CANONICAL` (LPS); returns the image and the original code.
+
+    Undo with :func:`from_canonical` (preferred: restores the exact original geometry) or
+    ``reorient(image, code)``.
+    """
+    code = orientation_code(image)
+    if code == CANONICAL:
+        return image, code
+    return reorient(image, CANONICAL), code
+
+
+def from_canonical(image: sitk.Image, reference: sitk.Image) -> sitk.Image:
+    """Undo :func:`to_canonical`: bring ``image`` (on the canonical version of
+    ``reference``'s grid) back to ``reference``'s voxel order, with exactly its geometry.
+
+    The reorientation itself is exact up to float rounding of the origin; the result then
+    takes ``reference``'s geometry bit for bit after checking that it agrees to 1e-3 mm.
+    """
+    out = reorient(image, orientation_code(reference))
+    if out.GetSize() != reference.GetSize():
+        raise GeometryError(f"expected size {reference.GetSize()} after reorientation, got {out.GetSize()}")
+    tol = 1e-3
+    if (
+        not np.allclose(out.GetSpacing(), reference.GetSpacing(), rtol=0, atol=1e-6)
+        or not np.allclose(out.GetOrigin(), reference.GetOrigin(), rtol=0, atol=tol)
+        or not np.allclose(out.GetDirection(), reference.GetDirection(), rtol=0, atol=1e-6)
+    ):
+        raise GeometryError("the image does not lie on the reference grid (origin, spacing or direction differ)")
+    out.CopyInformation(reference)
+    return out
+
+
+def same_geometry(a: sitk.Image, b: sitk.Image, *, atol_mm: float = 1e-4) -> bool:
+    """True when ``a`` and ``b`` share size, spacing, origin and direction (to ``atol_mm``)."""
+    return (
+        a.GetSize() == b.GetSize()
+        and np.allclose(a.GetSpacing(), b.GetSpacing(), rtol=0, atol=atol_mm)
+        and np.allclose(a.GetOrigin(), b.GetOrigin(), rtol=0, atol=atol_mm)
+        and np.allclose(a.GetDirection(), b.GetDirection(), rtol=0, atol=1e-6)
+    )
+
+
+def copy_geometry(array_zyx: np.ndarray, reference: sitk.Image) -> sitk.Image:
+    """A new image from a ``(z, y, x)`` array with exactly ``reference``'s geometry."""
+    expected = tuple(reversed(reference.GetSize()))
+    if tuple(array_zyx.shape) != expected:
+        raise GeometryError(f"expected an array of shape (z, y, x) = {expected}, got {tuple(array_zyx.shape)}")
+    out = sitk.GetImageFromArray(array_zyx)
+    out.CopyInformation(reference)
+    return out
+
+
+# ----------------------------------------------------------------------------- resampling
+def _check_spacing(spacing_xyz: tuple[float, float, float] | list[float]) -> tuple[float, float, float]:
+    values = tuple(float(s) for s in spacing_xyz)
+    if len(values) != 3 or any(not (s > 0 and math.isfinite(s)) for s in values):
+        raise GeometryError(f"expected three positive spacings in mm, got {list(spacing_xyz)}")
+    return values  # type: ignore[return-value]
+
+
+def _grid_for_spacing(
+    image: sitk.Image, spacing_xyz: tuple[float, float, float]
+) -> tuple[tuple[int, int, int], tuple[float, float, float]]:
+    """Size and origin of a grid with ``spacing_xyz`` covering the same physical extent.
+
+    The field of view (from the first voxel's outer corner) is kept; the new voxel count is
+    the extent divided by the new spacing, rounded, at least 1.
+    """
+    old_spacing = np.asarray(image.GetSpacing())
+    new_spacing = np.asarray(spacing_xyz)
+    extent = np.asarray(image.GetSize()) * old_spacing
+    size = np.maximum(1, np.round(extent / new_spacing - 1e-6)).astype(int)
+    direction = np.asarray(image.GetDirection()).reshape(3, 3)
+    corner = np.asarray(image.GetOrigin()) - direction @ (old_spacing / 2)
+    origin = corner + direction @ (new_spacing / 2)
+    return (int(size[0]), int(size[1]), int(size[2])), (float(origin[0]), float(origin[1]), float(origin[2]))
+
+
+def resample_to_spacing(
+    image: sitk.Image,
+    spacing_xyz: tuple[float, float, float],
+    *,
+    interpolator: int,
+    default_value: float = 0.0,
+    output_pixel_type: int | None = None,
+) -> sitk.Image:
+    """Resample onto a grid with ``spacing_xyz`` (mm) covering the same field of view.
+
+    Prefer :func:`resample_image` / :func:`resample_label`, which choose the interpolator by
+    the kind of volume.
+    """
+    spacing_xyz = _check_spacing(spacing_xyz)
+    size, origin = _grid_for_spacing(image, spacing_xyz)
+    return sitk.Resample(
+        image,
+        size,
+        sitk.Transform(),
+        interpolator,
+        origin,
+        spacing_xyz,
+        image.GetDirection(),
+        default_value,
+        image.GetPixelID() if output_pixel_type is None else output_pixel_type,
+    )
+
+
+def resample_image(
+    image: sitk.Image,
+    spacing_xyz: tuple[float, float, float],
+    *,
+    interpolation: Literal["linear", "bspline"] = "linear",
+    default_value: float = -1024.0,
+    output_pixel_type: int | None = sitk.sitkFloat32,
+) -> sitk.Image:
+    """Resample an intensity image (HU) to ``spacing_xyz`` mm.
+
+    Args:
+        image: CT image.
+        spacing_xyz: target spacing (x, y, z) in mm.
+        interpolation: ``"linear"`` (default) or ``"bspline"`` (cubic B-spline).
+        default_value: HU for points outside the input (air, -1024).
+        output_pixel_type: SimpleITK pixel type of the result (float32 by default; ``None``
+            keeps the input's type).
+    """
+    if interpolation not in _IMAGE_INTERP:
+        raise GeometryError(f"image interpolation must be one of {sorted(_IMAGE_INTERP)}, got {interpolation!r}")
+    return resample_to_spacing(
+        image, spacing_xyz, interpolator=_IMAGE_INTERP[interpolation], default_value=default_value,
+        output_pixel_type=output_pixel_type,
+    )
+
+
+def resample_label(
+    label: sitk.Image,
+    spacing_xyz: tuple[float, float, float],
+    *,
+    interpolation: Literal["nearest", "label_gaussian"] = "nearest",
+) -> sitk.Image:
+    """Resample a label map to ``spacing_xyz`` mm; values stay labels (no blending).
+
+    ``"label_gaussian"`` gives smoother boundaries than nearest neighbour when upsampling.
+    """
+    if interpolation not in _LABEL_INTERP:
+        raise GeometryError(f"label interpolation must be one of {sorted(_LABEL_INTERP)}, got {interpolation!r}")
+    return resample_to_spacing(label, spacing_xyz, interpolator=_LABEL_INTERP[interpolation], default_value=0)
+
+
+def resample_to_reference(
+    image: sitk.Image,
+    reference: sitk.Image,
+    *,
+    interpolator: int = sitk.sitkLinear,
+    default_value: float = 0.0,
+    output_pixel_type: int | None = None,
+) -> sitk.Image:
+    """Resample ``image`` onto ``reference``'s grid (size, spacing, origin, direction)."""
+    return sitk.Resample(
+        image,
+        reference,
+        sitk.Transform(),
+        interpolator,
+        default_value,
+        image.GetPixelID() if output_pixel_type is None else output_pixel_type,
+    )
+
+
+# ----------------------------------------------------------------------------- boxes and crops
+@dataclass(frozen=True)
+class Box:
+    """An axis-aligned box in LPS physical space, in mm: ``lo_xyz`` <= p <= ``hi_xyz``."""
+
+    lo_xyz: tuple[float, float, float]
+    hi_xyz: tuple[float, float, float]
+
+    def __post_init__(self) -> None:
+        if len(self.lo_xyz) != 3 or len(self.hi_xyz) != 3:
+            raise GeometryError(f"a box needs three lower and three upper bounds, got {self.lo_xyz}, {self.hi_xyz}")
+        if any(h < lo for lo, h in zip(self.lo_xyz, self.hi_xyz)):
+            raise GeometryError(f"a box needs lo <= hi on every axis, got {self.lo_xyz} and {self.hi_xyz}")
+
+    @property
+    def size_mm(self) -> tuple[float, float, float]:
+        return tuple(h - lo for lo, h in zip(self.lo_xyz, self.hi_xyz))  # type: ignore[return-value]
+
+    @property
+    def center_mm(self) -> tuple[float, float, float]:
+        return tuple((h + lo) / 2 for lo, h in zip(self.lo_xyz, self.hi_xyz))  # type: ignore[return-value]
+
+    def expand(self, margin_mm: float | tuple[float, float, float]) -> Box:
+        m = (margin_mm,) * 3 if isinstance(margin_mm, (int, float)) else tuple(margin_mm)
+        return Box(
+            tuple(v - d for v, d in zip(self.lo_xyz, m)),  # type: ignore[arg-type]
+            tuple(v + d for v, d in zip(self.hi_xyz, m)),  # type: ignore[arg-type]
+        )
+
+    def to_dict(self) -> dict[str, list[float]]:
+        return {"lo_xyz_mm": [round(v, 3) for v in self.lo_xyz], "hi_xyz_mm": [round(v, 3) for v in self.hi_xyz]}
+
+
+def _index_to_physical(image: sitk.Image, index_xyz: np.ndarray) -> np.ndarray:
+    """Physical points (N, 3) of continuous indices (N, 3), vectorised."""
+    direction = np.asarray(image.GetDirection()).reshape(3, 3)
+    return np.asarray(image.GetOrigin()) + (index_xyz * np.asarray(image.GetSpacing())) @ direction.T
+
+
+def _physical_to_index(image: sitk.Image, points_xyz: np.ndarray) -> np.ndarray:
+    direction = np.asarray(image.GetDirection()).reshape(3, 3)
+    return ((points_xyz - np.asarray(image.GetOrigin())) @ direction) / np.asarray(image.GetSpacing())
+
+
+def _corners(lo: np.ndarray | tuple[float, ...], hi: np.ndarray | tuple[float, ...]) -> np.ndarray:
+    """The 8 corners (8, 3) of the box spanned by ``lo`` and ``hi``."""
+    return np.array(np.meshgrid(*zip(lo, hi), indexing="ij")).reshape(3, -1).T
+
+
+def box_from_mask(label: sitk.Image, values: int | tuple[int, ...] | None = None) -> Box | None:
+    """Physical bounding box (voxel extents included) of the voxels whose value is in
+    ``values`` (any non-zero voxel when ``None``); ``None`` when there are none."""
+    array = sitk.GetArrayViewFromImage(label)
+    mask = array != 0 if values is None else np.isin(array, np.atleast_1d(values))
+    if not mask.any():
+        return None
+    lo_idx, hi_idx = [], []
+    for axis in range(3):  # array axes are (z, y, x)
+        other = tuple(a for a in range(3) if a != axis)
+        hit = np.flatnonzero(mask.any(axis=other))
+        lo_idx.append(hit[0])
+        hi_idx.append(hit[-1])
+    lo = np.array(lo_idx[::-1], dtype=float) - 0.5  # to (x, y, z), voxel outer faces
+    hi = np.array(hi_idx[::-1], dtype=float) + 0.5
+    pts = _index_to_physical(label, _corners(lo, hi))
+    return Box(tuple(pts.min(0).tolist()), tuple(pts.max(0).tolist()))  # type: ignore[arg-type]
+
+
+def crop_to_box(image: sitk.Image, box: Box, *, pad_value: float = 0.0) -> sitk.Image:
+    """Crop ``image`` to the voxels whose centres cover ``box`` (mm), padding with
+    ``pad_value`` where the box leaves the image. Exact: no interpolation; the result keeps
+    spacing and direction, and its origin is the physical position of its first voxel."""
+    idx = _physical_to_index(image, _corners(box.lo_xyz, box.hi_xyz))
+    # voxel i spans [i - 0.5, i + 0.5] in index units; keep those that overlap the box
+    lo = np.floor(idx.min(0) + 0.5 + 1e-6).astype(int)
+    hi = np.ceil(idx.max(0) - 0.5 - 1e-6).astype(int) + 1  # exclusive
+    size = np.asarray(image.GetSize())
+    in_lo = np.clip(lo, 0, size)
+    in_hi = np.clip(hi, 0, size)
+    if np.any(in_hi <= in_lo):  # entirely outside: an all-padding image on the right grid
+        out = sitk.Image([int(v) for v in np.maximum(hi - lo, 1)], image.GetPixelID())
+        out.SetSpacing(image.GetSpacing())
+        out.SetDirection(image.GetDirection())
+        out.SetOrigin(tuple(_index_to_physical(image, lo[None].astype(float))[0].tolist()))
+        return out + pad_value if pad_value else out
+    roi = sitk.RegionOfInterest(image, [int(v) for v in in_hi - in_lo], [int(v) for v in in_lo])
+    pad_lo = [int(v) for v in in_lo - lo]
+    pad_hi = [int(v) for v in hi - in_hi]
+    if any(pad_lo) or any(pad_hi):
+        roi = sitk.ConstantPad(roi, pad_lo, pad_hi, pad_value)
+    return roi
+
+
+def paste(crop: sitk.Image, into: sitk.Image) -> sitk.Image:
+    """Write ``crop`` (on a sub-grid of ``into``: same spacing and direction, origin on a
+    voxel centre) into a copy of ``into``; parts outside ``into`` are dropped."""
+    if not np.allclose(crop.GetSpacing(), into.GetSpacing(), rtol=0, atol=1e-6) or not np.allclose(
+        crop.GetDirection(), into.GetDirection(), rtol=0, atol=1e-6
+    ):
+        raise GeometryError("paste needs the crop on the target's grid (same spacing and direction)")
+    start = _physical_to_index(into, np.asarray(crop.GetOrigin())[None])[0]
+    start_i = np.round(start).astype(int)
+    if np.max(np.abs(start - start_i)) > 1e-3:
+        raise GeometryError(f"paste needs the crop's origin on a voxel centre of the target, got index {start.tolist()}")
+    size = np.asarray(into.GetSize())
+    csize = np.asarray(crop.GetSize())
+    dst_lo = np.clip(start_i, 0, size)
+    dst_hi = np.clip(start_i + csize, 0, size)
+    out = sitk.Image(into)
+    if np.any(dst_hi <= dst_lo):
+        return out
+    src_lo = dst_lo - start_i
+    piece = sitk.Cast(crop, into.GetPixelID()) if crop.GetPixelID() != into.GetPixelID() else crop
+    return sitk.Paste(
+        out, piece, [int(v) for v in dst_hi - dst_lo], [int(v) for v in src_lo], [int(v) for v in dst_lo]
+    )
+
+
+# ----------------------------------------------------------------------------- measurements
+def physical_centroid(label: sitk.Image, value: int) -> tuple[float, float, float] | None:
+    """Mean LPS position (mm) of the voxels equal to ``value``; ``None`` if there are none."""
+    array = sitk.GetArrayViewFromImage(label)
+    idx_zyx = np.nonzero(array == value)
+    if idx_zyx[0].size == 0:
+        return None
+    mean_xyz = np.array([idx_zyx[2].mean(), idx_zyx[1].mean(), idx_zyx[0].mean()])
+    return tuple(_index_to_physical(label, mean_xyz[None])[0].tolist())  # type: ignore[return-value]
+
+
+def voxel_volume_ml(image: sitk.Image) -> float:
+    """Volume of one voxel in millilitres."""
+    return float(np.prod(image.GetSpacing())) / 1000.0

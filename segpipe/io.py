@@ -1,0 +1,341 @@
+"""Reading and writing images with exact geometry (SimpleITK).
+
+Geometry contract: an image is a ``SimpleITK.Image`` whose size, spacing (mm), origin (mm) and
+direction are in ITK's LPS physical space. ``sitk.GetArrayFromImage`` gives the voxels in
+``(z, y, x)`` order; spacing, origin and size are ``(x, y, z)``. Nothing in segpipe changes an
+input's geometry: outputs are written with exactly the input's size, spacing, origin and
+direction, atomically (temporary file in the same folder, then rename), so a failed or
+interrupted write never leaves a partial file behind.
+
+Supported inputs: NIfTI (``.nii``, ``.nii.gz``), NRRD (``.nrrd``, ``.nhdr``), MetaImage
+(``.mha``, ``.mhd``) and DICOM series folders (rescale slope/intercept applied, values in HU).
+
+Example:
+    >>> import segpipe
+    >>> image = segpipe.read_image("scan.nii.gz")          # doctest: +SKIP
+    >>> segpipe.write_image(image, "copy.nrrd")            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io as _pyio
+import logging
+import os
+import tempfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import SimpleITK as sitk
+
+from segpipe.errors import GeometryError, InputError, OutputError
+
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "read_image",
+    "write_image",
+    "check_output_path",
+    "image_suffix",
+    "strip_suffix",
+    "list_dicom_series",
+    "validate_image",
+    "is_image_path",
+]
+
+log = logging.getLogger("segpipe")
+
+IMAGE_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd")
+_NIFTI = (".nii", ".nii.gz")
+
+
+def image_suffix(path: str | Path) -> str:
+    """The image-format suffix of ``path`` (``".nii.gz"`` counts as one), or ``""``."""
+    name = Path(path).name.lower()
+    for suffix in IMAGE_SUFFIXES:
+        if name.endswith(suffix):
+            return suffix
+    return ""
+
+
+def strip_suffix(path: str | Path) -> str:
+    """File name without its image suffix: ``case_01.nii.gz`` -> ``case_01``."""
+    name = Path(path).name
+    suffix = image_suffix(name)
+    return name[: len(name) - len(suffix)] if suffix else Path(name).stem
+
+
+def is_image_path(path: str | Path) -> bool:
+    """True for a file with a supported image suffix or a folder holding DICOM files."""
+    p = Path(path)
+    if p.is_dir():
+        return bool(list_dicom_series(p))
+    return p.is_file() and bool(image_suffix(p))
+
+
+@contextlib.contextmanager
+def _native_stderr_captured() -> Iterator[list[str]]:
+    """Capture what ITK's C++ code writes to file descriptor 2 (it bypasses Python's stderr).
+
+    The captured text is appended to the yielded list, so error messages can quote it instead
+    of leaving ITK's multi-line output on the user's terminal.
+    """
+    sink: list[str] = []
+    try:
+        fd = 2
+        saved = os.dup(fd)
+    except OSError:  # no real stderr (embedded use): nothing to capture
+        yield sink
+        return
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), fd)
+        try:
+            yield sink
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
+            tmp.seek(0)
+            sink.append(tmp.read().decode("utf-8", "replace").strip())
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("Exception thrown", "/", "sitk::ERROR")):
+            return line
+    return text.strip().splitlines()[-1] if text.strip() else ""
+
+
+# ----------------------------------------------------------------------------- NIfTI header checks
+def _check_nifti_file(path: Path) -> None:
+    """Checks ITK does not make for NIfTI: non-positive pixdim (ITK silently replaces it by 1 or
+    its absolute value) and truncated data (ITK silently pads with zeros)."""
+    import nibabel as nib
+
+    opener = gzip.open if str(path).lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as fh:
+            raw = fh.read(540)
+        # check=False: nibabel would otherwise "fix" a bad pixdim just as ITK does
+        klass = nib.Nifti2Header if int.from_bytes(raw[:4], "little") in (540, 0x1C020000) else nib.Nifti1Header
+        header = klass.from_fileobj(_pyio.BytesIO(raw), check=False)
+    except Exception as err:  # nibabel and gzip raise many types for broken headers
+        raise InputError(f"cannot read {path}: not a valid NIfTI file ({_first_line(str(err))})") from err
+    dims = int(header["dim"][0])
+    pixdim = [float(v) for v in header["pixdim"][1 : 1 + min(dims, 3)]]
+    if dims >= 3 and any(not v > 0 for v in pixdim):
+        raise GeometryError(f"{path}: voxel spacing must be positive, got {pixdim} mm in the NIfTI header")
+    offset = int(header.get_data_offset())
+    expected = offset + int(np.prod(header.get_data_shape(), dtype=np.int64)) * header.get_data_dtype().itemsize
+    if str(path).lower().endswith(".gz"):
+        actual = 0
+        try:
+            with gzip.open(path, "rb") as fh:
+                while chunk := fh.read(1 << 22):
+                    actual += len(chunk)
+        except (EOFError, OSError, zlib.error) as err:
+            raise InputError(f"cannot read {path}: the file is truncated or corrupt ({err})") from err
+    else:
+        actual = path.stat().st_size
+    if actual < expected:
+        raise InputError(f"cannot read {path}: the file is truncated (expected {expected} bytes of header and data, found {actual})")
+
+
+# ----------------------------------------------------------------------------- DICOM
+def list_dicom_series(folder: str | Path) -> dict[str, list[str]]:
+    """Map SeriesInstanceUID -> sorted file names for every DICOM series in ``folder``."""
+    folder = str(folder)
+    with _native_stderr_captured():
+        uids = sitk.ImageSeriesReader.GetGDCMSeriesIDs(folder)
+        return {uid: list(sitk.ImageSeriesReader.GetGDCMSeriesFileNames(folder, uid)) for uid in uids}
+
+
+def _read_dicom(folder: Path, series_uid: str | None) -> sitk.Image:
+    series = list_dicom_series(folder)
+    if not series:
+        raise InputError(f"{folder}: a folder must hold a DICOM series, found no DICOM files")
+    if series_uid is not None:
+        if series_uid not in series:
+            raise InputError(f"{folder}: no DICOM series {series_uid}; found {', '.join(sorted(series))}")
+        uid = series_uid
+    else:
+        uid = max(series, key=lambda k: (len(series[k]), k))
+        if len(series) > 1:
+            others = ", ".join(f"{k} ({len(v)} slices)" for k, v in sorted(series.items()) if k != uid)
+            log.warning(
+                "%s holds %d DICOM series; reading %s (%d slices, the most); others: %s. Pick one with --series UID.",
+                folder, len(series), uid, len(series[uid]), others,
+            )
+    files = series[uid]
+    reader = sitk.ImageSeriesReader()
+    reader.SetFileNames(files)
+    reader.MetaDataDictionaryArrayUpdateOn()
+    with _native_stderr_captured() as native:
+        try:
+            image = reader.Execute()
+        except RuntimeError as err:
+            raise InputError(f"cannot read DICOM series {uid} in {folder}: {_first_line(str(err))}") from err
+    if len(files) < 2 and image.GetDimension() == 3 and image.GetSize()[2] < 2:
+        raise InputError(f"{folder}: expected a 3D DICOM series, got a single slice")
+    del native
+    return image
+
+
+# ----------------------------------------------------------------------------- reading
+def validate_image(image: sitk.Image, name: str = "image") -> None:
+    """Raise :class:`InputError`/:class:`GeometryError` unless ``image`` is a usable 3D scalar volume.
+
+    Checks: 3 dimensions, more than one slice along each axis, scalar voxels, positive finite
+    spacing, a non-degenerate direction matrix, and finite voxel values.
+    """
+    dim = image.GetDimension()
+    if dim != 3:
+        what = {2: "a 2D image", 4: "a 4D image (time series or multi-volume)"}.get(dim, f"a {dim}D image")
+        raise InputError(f"{name}: expected a 3D image, got {what} of size {image.GetSize()}")
+    size = image.GetSize()
+    if int(np.prod(size)) == 0:
+        raise InputError(f"{name}: the image is empty (size {size})")
+    if min(size) < 2:
+        raise InputError(f"{name}: expected a 3D volume, got size {size} (a single slice)")
+    if image.GetNumberOfComponentsPerPixel() != 1:
+        raise InputError(
+            f"{name}: expected one value per voxel (CT), got {image.GetNumberOfComponentsPerPixel()} components"
+        )
+    spacing = image.GetSpacing()
+    if any(not (s > 0 and np.isfinite(s)) for s in spacing):
+        raise GeometryError(f"{name}: voxel spacing must be positive, got {tuple(spacing)} mm")
+    direction = np.asarray(image.GetDirection(), dtype=np.float64).reshape(3, 3)
+    if not np.all(np.isfinite(direction)) or abs(abs(np.linalg.det(direction)) - 1) > 1e-3:
+        raise GeometryError(f"{name}: the direction matrix is not a rotation: {np.round(direction, 4).tolist()}")
+    if not np.all(np.isfinite(image.GetOrigin())):
+        raise GeometryError(f"{name}: the origin is not finite: {image.GetOrigin()}")
+    if image.GetPixelID() in (sitk.sitkFloat32, sitk.sitkFloat64):
+        array = sitk.GetArrayViewFromImage(image)
+        bad = int(np.count_nonzero(~np.isfinite(array)))
+        if bad:
+            raise InputError(f"{name}: expected finite voxel values, got {bad} NaN/Inf voxels")
+
+
+def read_image(path: str | Path, *, series_uid: str | None = None) -> sitk.Image:
+    """Read a 3D CT image (file or DICOM folder) in HU, keeping its physical geometry.
+
+    Args:
+        path: a ``.nii``/``.nii.gz``/``.nrrd``/``.nhdr``/``.mha``/``.mhd`` file, or a folder
+            holding a DICOM series. With several series, the one with most slices is read
+            (a warning names the others) unless ``series_uid`` picks one.
+        series_uid: DICOM SeriesInstanceUID to read from a folder.
+
+    Returns:
+        The image as stored (pixel type kept; DICOM rescale slope/intercept applied), with
+        its size, spacing (mm), origin (mm) and direction untouched.
+
+    Raises:
+        InputError: missing, empty, unreadable or truncated file; not 3D; NaN/Inf voxels.
+        GeometryError: zero or negative spacing, degenerate direction.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"input not found: {p}")
+    if p.is_dir():
+        image = _read_dicom(p, series_uid)
+    else:
+        if series_uid is not None:
+            raise InputError(f"--series applies to DICOM folders only, got the file {p}")
+        suffix = image_suffix(p)
+        if not suffix:
+            raise InputError(
+                f"{p}: unsupported file type; expected one of {', '.join(IMAGE_SUFFIXES)} or a DICOM folder"
+            )
+        if p.stat().st_size == 0:
+            raise InputError(f"cannot read {p}: the file is empty (0 bytes)")
+        if suffix in _NIFTI:
+            _check_nifti_file(p)
+        reader = sitk.ImageFileReader()
+        reader.SetFileName(str(p))
+        with _native_stderr_captured() as native:
+            try:
+                image = reader.Execute()
+            except RuntimeError as err:
+                detail = _first_line(str(err)) or _first_line(" ".join(native))
+                raise InputError(f"cannot read {p}: unreadable or truncated file ({detail})") from err
+    validate_image(image, str(p))
+    return image
+
+
+# ----------------------------------------------------------------------------- writing
+def check_output_path(path: str | Path, *, overwrite: bool = True) -> Path:
+    """Check that ``path`` can be written before doing long work; return it as a Path.
+
+    Raises:
+        OutputError: unsupported suffix, missing or non-writable folder, existing file when
+            ``overwrite`` is False, or the path is a folder.
+    """
+    p = Path(path)
+    if not image_suffix(p):
+        raise OutputError(f"{p}: unsupported output type; expected one of {', '.join(IMAGE_SUFFIXES)}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {p}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {p}: the folder {parent} is not writable")
+    if p.is_dir():
+        raise OutputError(f"cannot write {p}: it is a folder")
+    if p.exists() and not overwrite:
+        raise OutputError(f"{p} exists; pass overwrite=True (--overwrite) to replace it")
+    return p
+
+
+def write_image(
+    image: sitk.Image,
+    path: str | Path,
+    *,
+    reference: sitk.Image | None = None,
+    compress: bool = True,
+    overwrite: bool = True,
+) -> Path:
+    """Write ``image`` atomically (temporary file in the same folder, then rename).
+
+    Args:
+        image: the image to write.
+        path: output file; the format follows the suffix (see :data:`IMAGE_SUFFIXES`).
+        reference: when given, the output takes exactly this image's spacing, origin and
+            direction (sizes must match), e.g. the input scan for a mask.
+        compress: compress the voxel data where the format allows it.
+        overwrite: replace an existing file (default) or raise :class:`OutputError`.
+
+    Returns:
+        The written path.
+    """
+    p = check_output_path(path, overwrite=overwrite)
+    if reference is not None:
+        if tuple(image.GetSize()) != tuple(reference.GetSize()):
+            raise GeometryError(
+                f"cannot write {p}: expected the reference size {reference.GetSize()}, got {image.GetSize()}"
+            )
+        image = sitk.Image(image)
+        image.CopyInformation(reference)
+    suffix = image_suffix(p)
+    base = p.name[: len(p.name) - len(suffix)]
+    # A folder of our own next to the target keeps the final file name inside it, which
+    # matters for the two-file formats (.mhd/.raw, .nhdr/.raw) that name their data file.
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{base}.", suffix=".tmp", dir=p.parent))
+    try:
+        tmp = tmp_dir / p.name
+        with _native_stderr_captured() as native:
+            try:
+                sitk.WriteImage(image, str(tmp), compress)
+            except RuntimeError as err:
+                detail = _first_line(str(err)) or _first_line(" ".join(native))
+                raise OutputError(f"cannot write {p}: {detail}") from err
+        companions = [f for f in tmp_dir.iterdir() if f.name != p.name]
+        for extra in companions:  # data files first, so the header never points at nothing
+            os.replace(extra, p.parent / extra.name)
+        os.replace(tmp, p)
+    finally:
+        for leftover in tmp_dir.iterdir() if tmp_dir.exists() else []:
+            leftover.unlink()
+        if tmp_dir.exists():
+            tmp_dir.rmdir()
+    return p

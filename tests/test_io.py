@@ -1,0 +1,301 @@
+"""Image I/O: geometry round trips through every format, DICOM series, bad input, atomic writes."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import SimpleITK as sitk
+
+from segpipe import io
+from segpipe.errors import GeometryError, InputError, OutputError
+from tests.conftest import ORIENTATIONS, SHARED_DATA, make_volume, oblique_permuted
+
+FORMATS = [".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd"]
+
+
+def assert_same_image(a: sitk.Image, b: sitk.Image, atol: float = 1e-5) -> None:
+    assert a.GetSize() == b.GetSize()
+    np.testing.assert_allclose(a.GetSpacing(), b.GetSpacing(), rtol=0, atol=atol)
+    np.testing.assert_allclose(a.GetOrigin(), b.GetOrigin(), rtol=0, atol=atol)
+    np.testing.assert_allclose(a.GetDirection(), b.GetDirection(), rtol=0, atol=atol)
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(a), sitk.GetArrayViewFromImage(b))
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+@pytest.mark.parametrize("orientation", ORIENTATIONS + ["oblique"])
+def test_geometry_round_trip_every_format(tmp_path: Path, suffix: str, orientation: str) -> None:
+    image = make_volume(orientation="LPS" if orientation == "oblique" else orientation)
+    if orientation == "oblique":
+        image = oblique_permuted(image)
+    out = io.write_image(image, tmp_path / f"case{suffix}")
+    back = io.read_image(out)
+    assert_same_image(image, back)
+    assert back.GetPixelID() == image.GetPixelID()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32])
+def test_pixel_types_survive(tmp_path: Path, dtype: type) -> None:
+    image = make_volume(dtype=np.int16)
+    image = sitk.Cast(image, {np.uint8: sitk.sitkUInt8, np.int16: sitk.sitkInt16, np.float32: sitk.sitkFloat32}[dtype])
+    back = io.read_image(io.write_image(image, tmp_path / "x.nii.gz"))
+    assert back.GetPixelID() == image.GetPixelID()
+
+
+def test_write_with_reference_takes_its_exact_geometry(tmp_path: Path) -> None:
+    reference = oblique_permuted(make_volume(orientation="RAS"))
+    mask = sitk.Image(reference.GetSize(), sitk.sitkUInt8)  # default geometry
+    written = io.read_image(io.write_image(mask, tmp_path / "mask.nii.gz", reference=reference))
+    assert written.GetSpacing() == pytest.approx(reference.GetSpacing(), abs=1e-6)
+    assert written.GetOrigin() == pytest.approx(reference.GetOrigin(), abs=1e-5)
+    assert written.GetDirection() == pytest.approx(reference.GetDirection(), abs=1e-6)
+    with pytest.raises(GeometryError, match="reference size"):
+        io.write_image(sitk.Image((3, 3, 3), sitk.sitkUInt8), tmp_path / "bad.nii.gz", reference=reference)
+    assert not (tmp_path / "bad.nii.gz").exists()
+
+
+def test_write_is_atomic_and_leaves_nothing_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    image = make_volume()
+    target = tmp_path / "out.nii.gz"
+    io.write_image(image, target)
+    before = target.read_bytes()
+
+    def boom(*args: object, **kwargs: object) -> None:
+        partial = Path(str(args[1]))
+        partial.write_bytes(b"partial")  # a writer that dies half way
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(io.sitk, "WriteImage", boom)
+    with pytest.raises(OutputError, match="disk full"):
+        io.write_image(make_volume(seed=1), target)
+    assert target.read_bytes() == before  # the old file is untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.nii.gz"]  # no temp files left
+
+
+def test_mhd_pair_is_written_under_its_final_names(tmp_path: Path) -> None:
+    io.write_image(make_volume(), tmp_path / "scan.mhd")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scan.mhd", "scan.zraw"]
+    assert "scan.zraw" in (tmp_path / "scan.mhd").read_text()
+
+
+# ----------------------------------------------------------------------------- DICOM
+def _write_dicom_series(folder: Path, image: sitk.Image, uid: str, intercept: int = -1024) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    writer = sitk.ImageFileWriter()
+    writer.KeepOriginalImageUIDOn()
+    direction = image.GetDirection()
+    for k in range(image.GetSize()[2]):
+        s = image[:, :, k]
+        s.SetMetaData("0008|0060", "CT")
+        s.SetMetaData("0020|000e", uid)
+        s.SetMetaData("0020|0013", str(k + 1))
+        s.SetMetaData("0020|0032", "\\".join(f"{v:.6f}" for v in image.TransformIndexToPhysicalPoint((0, 0, k))))
+        s.SetMetaData("0020|0037", "\\".join(f"{v:.6f}" for v in (direction[0], direction[3], direction[6], direction[1], direction[4], direction[7])))
+        s.SetMetaData("0028|1052", str(intercept))
+        s.SetMetaData("0028|1053", "1")
+        writer.SetFileName(str(folder / f"{uid[-3:]}_{k:03d}.dcm"))
+        writer.Execute(s)
+
+
+def test_dicom_series_rescale_applied_and_geometry_kept(tmp_path: Path) -> None:
+    image = make_volume(size_xyz=(12, 10, 6), spacing_xyz=(0.7, 0.7, 2.5))
+    _write_dicom_series(tmp_path / "dcm", image, "1.2.826.0.1.3680043.2.1125.7.101")
+    first = sorted((tmp_path / "dcm").iterdir())[0]
+    stored = np.frombuffer(first.read_bytes()[-12 * 10 * 2 :], dtype="<i2").reshape(10, 12)
+    hu = sitk.GetArrayViewFromImage(image)[0]
+    np.testing.assert_array_equal(stored.astype(int) - 1024, hu)  # the file holds HU + 1024
+    back = io.read_image(tmp_path / "dcm")
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(back), sitk.GetArrayViewFromImage(image))
+    np.testing.assert_allclose(back.GetSpacing(), image.GetSpacing(), atol=1e-5)
+    np.testing.assert_allclose(back.GetOrigin(), image.GetOrigin(), atol=1e-4)
+
+
+def test_dicom_folder_with_several_series(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    big_uid, small_uid = "1.2.826.0.1.3680043.2.1125.7.201", "1.2.826.0.1.3680043.2.1125.7.202"
+    big = make_volume(size_xyz=(8, 8, 7), seed=1)
+    small = make_volume(size_xyz=(8, 8, 4), seed=2)
+    _write_dicom_series(tmp_path, big, big_uid)
+    _write_dicom_series(tmp_path, small, small_uid)
+    with caplog.at_level(logging.WARNING, logger="segpipe"):
+        chosen = io.read_image(tmp_path)
+    assert chosen.GetSize() == (8, 8, 7)
+    assert "2 DICOM series" in caplog.text and small_uid in caplog.text and "--series" in caplog.text
+    picked = io.read_image(tmp_path, series_uid=small_uid)
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(picked), sitk.GetArrayViewFromImage(small))
+    with pytest.raises(InputError, match="no DICOM series 9.9"):
+        io.read_image(tmp_path, series_uid="9.9")
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "lidc-idri-0001" / "dicom").is_dir(), reason="shared/data not present")
+def test_real_dicom_series_reads_in_hu() -> None:
+    image = io.read_image(SHARED_DATA / "lidc-idri-0001" / "dicom")
+    assert image.GetSize() == (512, 512, 133)
+    assert image.GetSpacing() == pytest.approx((0.703125, 0.703125, 2.5))
+    array = sitk.GetArrayViewFromImage(image)
+    air = np.percentile(array[:, :40, 200:300], 50)  # in front of the chest: air
+    assert -1050 < air < -950
+
+
+# ----------------------------------------------------------------------------- bad input
+def _write_nifti_with_pixdim(path: Path, pixdim: tuple[float, float, float]) -> None:
+    """A NIfTI-1 file whose header holds ``pixdim`` as given (nibabel would "fix" it on save)."""
+    plain = path.with_name("plain.nii")
+    nib.save(nib.Nifti1Image(np.zeros((4, 5, 6), np.int16), np.eye(4)), str(plain))
+    data = bytearray(plain.read_bytes())
+    plain.unlink()
+    data[80:92] = np.asarray(pixdim, dtype="<f4").tobytes()  # pixdim[1:4] (pixdim starts at byte 76)
+    data[252:256] = np.zeros(2, "<i2").tobytes()  # qform_code = sform_code = 0: spacing from pixdim
+    if path.name.endswith(".gz"):
+        path.write_bytes(gzip.compress(bytes(data)))
+    else:
+        path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path) -> Path:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def make_bad_input(kind: str, tmp_path: Path) -> Path:
+    """Build one kind of broken input file; shared with the CLI tests."""
+    if kind == "missing":
+        return tmp_path / "nope.nii.gz"
+    if kind == "empty":
+        p = tmp_path / "empty.nii.gz"
+        p.write_bytes(b"")
+        return p
+    if kind == "garbage":
+        p = tmp_path / "garbage.mha"
+        p.write_bytes(b"this is not an image\n" * 20)
+        return p
+    if kind == "unsupported":
+        p = tmp_path / "scan.png"
+        p.write_bytes(b"\x89PNG")
+        return p
+    if kind.startswith("truncated"):
+        suffix = kind.split("-", 1)[1]
+        p = tmp_path / f"t{suffix}"
+        io.write_image(make_volume(size_xyz=(40, 30, 20)), p)
+        return _truncate(p)
+    if kind == "2d":
+        p = tmp_path / "slice.nii.gz"
+        sitk.WriteImage(sitk.Image(16, 16, sitk.sitkInt16), str(p))
+        return p
+    if kind == "single-slice":
+        p = tmp_path / "one.nii.gz"
+        sitk.WriteImage(sitk.Image(16, 16, 1, sitk.sitkInt16), str(p))
+        return p
+    if kind == "4d":
+        p = tmp_path / "fmri.nii.gz"
+        nib.save(nib.Nifti1Image(np.zeros((4, 5, 6, 3), np.float32), np.eye(4)), str(p))
+        return p
+    if kind in ("nan", "inf"):
+        array = np.zeros((6, 7, 8), np.float32)
+        array[2, 3, 4] = np.nan if kind == "nan" else np.inf
+        p = tmp_path / f"{kind}.nrrd"
+        sitk.WriteImage(sitk.GetImageFromArray(array), str(p))
+        return p
+    if kind == "zero-spacing":
+        p = tmp_path / "zero.nii.gz"
+        _write_nifti_with_pixdim(p, (1.0, 0.0, 1.0))
+        return p
+    if kind == "negative-spacing":
+        p = tmp_path / "neg.nii"
+        _write_nifti_with_pixdim(p, (1.0, -2.0, 1.0))
+        return p
+    if kind == "zero-spacing-nrrd":
+        (tmp_path / "z.raw").write_bytes(np.zeros(8, np.int16).tobytes())
+        p = tmp_path / "z.nhdr"
+        p.write_text(
+            "NRRD0004\ntype: short\ndimension: 3\nspace: left-posterior-superior\nsizes: 2 2 2\n"
+            "space directions: (1,0,0) (0,1,0) (0,0,0)\nkinds: domain domain domain\nendian: little\n"
+            "encoding: raw\nspace origin: (0,0,0)\ndata file: z.raw\n"
+        )
+        return p
+    if kind == "empty-dicom-folder":
+        p = tmp_path / "dicomdir"
+        p.mkdir()
+        (p / "notes.txt").write_text("no dicom here")
+        return p
+    raise ValueError(kind)
+
+
+BAD_INPUTS = {
+    "missing": (InputError, "not found"),
+    "empty": (InputError, "empty"),
+    "garbage": (InputError, "cannot read"),
+    "unsupported": (InputError, "unsupported file type"),
+    "truncated-.nii.gz": (InputError, "truncated"),
+    "truncated-.nii": (InputError, "truncated"),
+    "truncated-.nrrd": (InputError, "truncated"),
+    "truncated-.mha": (InputError, "truncated"),
+    "2d": (InputError, "2D image"),
+    "single-slice": (InputError, "single slice"),
+    "4d": (InputError, "4D image"),
+    "nan": (InputError, "NaN/Inf"),
+    "inf": (InputError, "NaN/Inf"),
+    "zero-spacing": (GeometryError, "spacing must be positive"),
+    "negative-spacing": (GeometryError, "spacing must be positive"),
+    "zero-spacing-nrrd": (InputError, "Zero-valued spacing"),
+    "empty-dicom-folder": (InputError, "no DICOM files"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_INPUTS))
+def test_bad_input_raises_one_line_error(tmp_path: Path, kind: str) -> None:
+    path = make_bad_input(kind, tmp_path)
+    error, pattern = BAD_INPUTS[kind]
+    with pytest.raises(error, match=pattern) as info:
+        io.read_image(path)
+    assert "\n" not in str(info.value)
+
+
+def test_truncated_gzip_detected_without_reading_voxels_twice(tmp_path: Path) -> None:
+    path = io.write_image(make_volume(size_xyz=(40, 30, 20)), tmp_path / "ok.nii.gz")
+    with gzip.open(path) as fh:  # sanity: the file we start from is complete
+        assert len(fh.read()) > 40 * 30 * 20 * 2
+    io.read_image(path)
+
+
+# ----------------------------------------------------------------------------- bad output
+def test_output_folder_missing(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="does not exist"):
+        io.write_image(make_volume(), tmp_path / "no" / "such" / "out.nii.gz")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_folder_not_writable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() == 0:  # root writes anywhere: simulate the permission answer
+        real = os.access
+        monkeypatch.setattr(io.os, "access", lambda p, mode: False if Path(p) == ro else real(p, mode))
+    else:
+        ro.chmod(0o500)
+    try:
+        with pytest.raises(OutputError, match="not writable"):
+            io.write_image(make_volume(), ro / "out.nii.gz")
+    finally:
+        ro.chmod(0o700)
+    assert list(ro.iterdir()) == []
+
+
+def test_output_suffix_and_overwrite(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="unsupported output type"):
+        io.check_output_path(tmp_path / "out.png")
+    p = io.write_image(make_volume(), tmp_path / "a.nii.gz")
+    with pytest.raises(OutputError, match="--overwrite"):
+        io.write_image(make_volume(), p, overwrite=False)
+
+
+def test_suffix_helpers() -> None:
+    assert io.image_suffix("a/b/case.NII.GZ") == ".nii.gz"
+    assert io.strip_suffix("case_01.nii.gz") == "case_01"
+    assert io.strip_suffix("scan.mha") == "scan"
+    assert io.image_suffix("notes.txt") == ""

@@ -1,0 +1,184 @@
+"""Orientation round trips, resampling, boxes, crop and paste in physical space."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+
+from segpipe import spatial
+from segpipe.errors import GeometryError
+from tests.conftest import ORIENTATIONS, make_volume, oblique_permuted
+
+
+def _physical_of_voxel(image: sitk.Image, value_index_xyz: tuple[int, int, int]) -> tuple[float, ...]:
+    return image.TransformIndexToPhysicalPoint(value_index_xyz)
+
+
+@pytest.mark.parametrize("orientation", ORIENTATIONS + ["oblique"])
+def test_canonical_round_trip_is_exact(orientation: str) -> None:
+    image = make_volume(orientation="LPS" if orientation == "oblique" else orientation)
+    if orientation == "oblique":
+        image = oblique_permuted(image)
+    canonical, code = spatial.to_canonical(image)
+    assert spatial.orientation_code(canonical) == "LPS"
+    if orientation != "oblique":
+        assert canonical.GetDirection() == pytest.approx(np.eye(3).ravel().tolist(), abs=1e-12)
+    back = spatial.from_canonical(canonical, image)
+    assert back.GetSize() == image.GetSize()
+    assert back.GetSpacing() == image.GetSpacing()
+    assert back.GetOrigin() == image.GetOrigin()
+    assert back.GetDirection() == image.GetDirection()
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(back), sitk.GetArrayViewFromImage(image))
+
+
+@pytest.mark.parametrize("orientation", ["RAS", "LAS", "LPI"])
+def test_reorientation_keeps_every_voxel_in_place(orientation: str) -> None:
+    image = make_volume(orientation=orientation)
+    canonical, _ = spatial.to_canonical(image)
+    array = sitk.GetArrayViewFromImage(image)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        idx = tuple(int(rng.integers(0, s)) for s in image.GetSize())
+        point = image.TransformIndexToPhysicalPoint(idx)
+        cidx = canonical.TransformPhysicalPointToIndex(point)
+        assert canonical[cidx] == array[idx[2], idx[1], idx[0]]
+
+
+def test_reorient_rejects_bad_codes() -> None:
+    with pytest.raises(GeometryError, match="orientation code"):
+        spatial.reorient(make_volume(), "LLS")
+    with pytest.raises(GeometryError, match="orientation code"):
+        spatial.reorient(make_volume(), "XYZ")
+
+
+def test_from_canonical_refuses_foreign_grid() -> None:
+    image = make_volume(orientation="RAS")
+    other = make_volume(orientation="LPS", origin_xyz=(0.0, 0.0, 0.0))
+    with pytest.raises(GeometryError, match="reference grid"):
+        spatial.from_canonical(other, image)
+
+
+@pytest.mark.parametrize("orientation", ["LPS", "RAS", "oblique"])
+@pytest.mark.parametrize("target", [(1.5, 1.5, 1.5), (4.0, 4.0, 4.0), (0.5, 0.5, 1.25)])
+def test_resample_keeps_field_of_view(orientation: str, target: tuple[float, float, float]) -> None:
+    image = make_volume(size_xyz=(40, 36, 20), spacing_xyz=(0.8, 0.7, 2.5), orientation="LPS" if orientation == "oblique" else orientation)
+    if orientation == "oblique":
+        image = oblique_permuted(image)
+    out = spatial.resample_image(image, target)
+    assert out.GetSpacing() == pytest.approx(target)
+    assert out.GetDirection() == image.GetDirection()
+    expected = np.maximum(1, np.round(np.array(image.GetSize()) * np.array(image.GetSpacing()) / np.array(target)))
+    assert out.GetSize() == tuple(int(v) for v in expected)
+
+    # outer corner of the first voxel is the same physical point in both grids
+    def corner(img: sitk.Image) -> np.ndarray:
+        return np.array(img.TransformContinuousIndexToPhysicalPoint((-0.5, -0.5, -0.5)))
+
+    np.testing.assert_allclose(corner(out), corner(image), atol=1e-6)
+    assert out.GetPixelID() == sitk.sitkFloat32
+
+
+def test_resample_image_is_linear_on_a_ramp() -> None:
+    array = np.tile(np.arange(32, dtype=np.float32) * 10.0, (8, 16, 1))  # HU grows along x
+    image = sitk.GetImageFromArray(array)
+    image.SetSpacing((1.0, 1.0, 1.0))
+    out = spatial.resample_image(image, (2.0, 1.0, 1.0))
+    values = sitk.GetArrayViewFromImage(out)[4, 8, 1:-1]
+    # new voxel i sits at old x = 2i + 0.5: the ramp value is 10 * (2i + 0.5)
+    np.testing.assert_allclose(values, 10 * (2 * np.arange(1, 15) + 0.5), atol=1e-3)
+    bspline = spatial.resample_image(image, (2.0, 1.0, 1.0), interpolation="bspline")
+    np.testing.assert_allclose(sitk.GetArrayViewFromImage(bspline)[4, 8, 2:-2], values[1:-1], atol=0.5)
+
+
+@pytest.mark.parametrize("interpolation", ["nearest", "label_gaussian"])
+def test_resample_label_keeps_label_values(interpolation: str) -> None:
+    label = sitk.Image(80, 60, 24, sitk.sitkUInt8)
+    label.SetSpacing((0.7, 0.7, 2.5))
+    array = np.zeros((24, 60, 80), np.uint8)
+    array[2:20, 5:55, 3:38] = 1
+    array[2:20, 5:55, 42:77] = 2
+    label = spatial.copy_geometry(array, label)
+    out = spatial.resample_label(label, (1.5, 1.5, 1.5), interpolation=interpolation)  # type: ignore[arg-type]
+    values = set(np.unique(sitk.GetArrayViewFromImage(out)).tolist())
+    assert values == {0, 1, 2}
+    assert out.GetPixelID() == sitk.sitkUInt8
+    vol_in = (array == 1).sum() * spatial.voxel_volume_ml(label)
+    vol_out = (sitk.GetArrayViewFromImage(out) == 1).sum() * spatial.voxel_volume_ml(out)
+    assert vol_out == pytest.approx(vol_in, rel=0.1)
+
+
+def test_resample_rejects_bad_arguments() -> None:
+    with pytest.raises(GeometryError, match="positive spacings"):
+        spatial.resample_image(make_volume(), (1.0, 0.0, 1.0))
+    with pytest.raises(GeometryError, match="interpolation"):
+        spatial.resample_image(make_volume(), (1.0, 1.0, 1.0), interpolation="nearest")  # type: ignore[arg-type]
+    with pytest.raises(GeometryError, match="interpolation"):
+        spatial.resample_label(make_volume(), (1.0, 1.0, 1.0), interpolation="linear")  # type: ignore[arg-type]
+
+
+def test_resample_to_reference_puts_values_back() -> None:
+    image = make_volume(size_xyz=(20, 20, 10), spacing_xyz=(1.0, 1.0, 2.0), orientation="RAS")
+    up = spatial.resample_to_reference(spatial.resample_label(image, (0.5, 0.5, 1.0)), image, interpolator=sitk.sitkNearestNeighbor)
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(up), sitk.GetArrayViewFromImage(image))
+
+
+@pytest.mark.parametrize("orientation", ["LPS", "RAS", "LPI", "oblique"])
+def test_box_crop_paste_round_trip(orientation: str) -> None:
+    image = make_volume(size_xyz=(30, 26, 14), orientation="LPS" if orientation == "oblique" else orientation)
+    if orientation == "oblique":
+        image = oblique_permuted(image)
+    array = np.zeros(tuple(reversed(image.GetSize())), np.uint8)
+    array[3:9, 5:20, 7:18] = 2
+    mask = spatial.copy_geometry(array, image)
+    box = spatial.box_from_mask(mask, 2)
+    assert box is not None
+    crop = spatial.crop_to_box(mask, box)
+    assert (sitk.GetArrayViewFromImage(crop) == 2).sum() == (array == 2).sum()  # nothing lost
+    if orientation == "oblique":  # a physical box around a rotated block holds more voxels
+        assert all(c >= n for c, n in zip(crop.GetSize(), (11, 15, 6)))
+    else:
+        assert crop.GetSize() == (11, 15, 6)  # exactly the mask's voxels
+        # the crop's first voxel is at the physical position of the mask's first voxel
+        np.testing.assert_allclose(crop.GetOrigin(), image.TransformIndexToPhysicalPoint((7, 5, 3)), atol=1e-6)
+    empty = spatial.copy_geometry(np.zeros_like(array), image)
+    pasted = spatial.paste(crop, empty)
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(pasted), array)
+
+
+def test_crop_beyond_the_image_pads_and_paste_drops_outside() -> None:
+    image = make_volume(size_xyz=(20, 20, 10), spacing_xyz=(1.0, 1.0, 1.0), origin_xyz=(0.0, 0.0, 0.0))
+    box = spatial.Box((-5.0, 2.0, 2.0), (4.0, 6.0, 12.0))  # leaves the image at -x and +z
+    crop = spatial.crop_to_box(image, box, pad_value=-1024)
+    assert crop.GetSize() == (10, 5, 11)
+    assert crop.GetOrigin() == pytest.approx((-5.0, 2.0, 2.0))
+    arr = sitk.GetArrayViewFromImage(crop)
+    assert (arr[:, :, :5] == -1024).all() and (arr[8:] == -1024).all()
+    np.testing.assert_array_equal(arr[:8, :, 5:], sitk.GetArrayViewFromImage(image)[2:10, 2:7, 0:5])
+    back = spatial.paste(crop, image)
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(back), sitk.GetArrayViewFromImage(image))
+    outside = spatial.crop_to_box(image, spatial.Box((100.0, 100.0, 100.0), (103.0, 101.0, 101.0)), pad_value=7)
+    assert (sitk.GetArrayViewFromImage(outside) == 7).all()
+
+
+def test_box_helpers() -> None:
+    box = spatial.Box((0.0, 0.0, 0.0), (10.0, 20.0, 30.0)).expand(5.0)
+    assert box.lo_xyz == (-5.0, -5.0, -5.0) and box.size_mm == (20.0, 30.0, 40.0)
+    assert box.center_mm == (5.0, 10.0, 15.0)
+    with pytest.raises(GeometryError, match="lo <= hi"):
+        spatial.Box((1.0, 0.0, 0.0), (0.0, 1.0, 1.0))
+    assert spatial.box_from_mask(sitk.Image(4, 4, 4, sitk.sitkUInt8)) is None
+
+
+@pytest.mark.parametrize("orientation", ORIENTATIONS)
+def test_physical_centroid_follows_the_patient_not_the_array(orientation: str) -> None:
+    canonical = make_volume(size_xyz=(20, 10, 6), spacing_xyz=(1.0, 1.0, 1.0), origin_xyz=(0.0, 0.0, 0.0))
+    array = np.zeros((6, 10, 20), np.uint8)
+    array[:, :, :10] = 1  # low x: patient's right in LPS
+    array[:, :, 10:] = 2
+    label = spatial.reorient(spatial.copy_geometry(array, canonical), orientation)
+    right = spatial.physical_centroid(label, 1)
+    left = spatial.physical_centroid(label, 2)
+    assert right is not None and left is not None
+    assert right[0] == pytest.approx(4.5) and left[0] == pytest.approx(14.5)
+    assert spatial.physical_centroid(label, 3) is None
