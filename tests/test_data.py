@@ -1,0 +1,119 @@
+"""Dataset discovery in three layouts and the per-case error list."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+
+from segpipe import data, io, spatial
+from tests.conftest import make_volume
+
+
+def _pair(seed: int, size: tuple[int, int, int] = (16, 12, 8)) -> tuple[sitk.Image, sitk.Image]:
+    image = make_volume(size_xyz=size, seed=seed)
+    array = np.zeros(tuple(reversed(size)), np.uint8)
+    array[2:6, 3:9, 2:7] = 1
+    array[2:6, 3:9, 9:14] = 2
+    return image, spatial.copy_geometry(array, image)
+
+
+def _write_msd(root: Path, n: int = 3) -> None:
+    (root / "imagesTr").mkdir(parents=True)
+    (root / "labelsTr").mkdir()
+    training = []
+    for i in range(n):
+        image, label = _pair(i)
+        io.write_image(image, root / "imagesTr" / f"lung_{i:03d}.nii.gz")
+        io.write_image(label, root / "labelsTr" / f"lung_{i:03d}.nii.gz")
+        training.append({"image": f"./imagesTr/lung_{i:03d}.nii.gz", "label": f"./labelsTr/lung_{i:03d}.nii.gz"})
+    (root / "dataset.json").write_text(json.dumps({"name": "t", "training": training, "numTraining": n}))
+
+
+def _write_nnunet(root: Path, n: int = 3) -> None:
+    (root / "imagesTr").mkdir(parents=True)
+    (root / "labelsTr").mkdir()
+    for i in range(n):
+        image, label = _pair(i)
+        io.write_image(image, root / "imagesTr" / f"case{i}_0000.nii.gz")
+        io.write_image(label, root / "labelsTr" / f"case{i}.nii.gz")
+    (root / "dataset.json").write_text(json.dumps({"channel_names": {"0": "CT"}, "labels": {}, "file_ending": ".nii.gz"}))
+
+
+def _write_pairs(root: Path, n: int = 3) -> None:
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    for i in range(n):
+        image, label = _pair(i)
+        io.write_image(image, root / "images" / f"s{i}.nrrd")
+        io.write_image(label, root / "labels" / f"s{i}.nrrd")
+
+
+@pytest.mark.parametrize(
+    "layout, writer, first",
+    [("msd", _write_msd, "lung_000"), ("nnunet", _write_nnunet, "case0"), ("pairs", _write_pairs, "s0")],
+)
+def test_discover_each_layout(tmp_path: Path, layout: str, writer, first: str) -> None:  # type: ignore[no-untyped-def]
+    writer(tmp_path / layout)
+    cases = data.discover(tmp_path / layout)
+    assert [c.name for c in cases][0] == first and len(cases) == 3
+    for case in cases:
+        assert case.image.is_file() and case.label.is_file()
+    data.validate_cases(cases)
+
+
+def test_broken_pairs_are_all_listed(tmp_path: Path) -> None:
+    root = tmp_path / "pairs"
+    _write_pairs(root, n=5)
+    # s1: label values out of range; s2: geometry differs; s3: truncated image
+    image, label = _pair(1)
+    bad = sitk.GetArrayFromImage(label)
+    bad[0, 0, 0] = 7
+    io.write_image(spatial.copy_geometry(bad, label), root / "labels" / "s1.nrrd")
+    moved = sitk.Image(label)
+    moved.SetOrigin((5.0, 0.0, 0.0))
+    io.write_image(moved, root / "labels" / "s2.nrrd")
+    raw = (root / "images" / "s3.nrrd").read_bytes()
+    (root / "images" / "s3.nrrd").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(data.DatasetError) as info:
+        data.validate_cases(data.discover(root))
+    problems = info.value.problems
+    assert len(problems) == 3
+    assert problems[0].startswith("s1: label values [7]")
+    assert problems[1].startswith("s2: image and label geometry differ")
+    assert problems[2].startswith("s3: image: cannot read")
+    assert str(info.value).splitlines()[0] == "3 of 5 cases cannot be used"
+
+
+def test_unmatched_names_and_empty_layouts(tmp_path: Path) -> None:
+    root = tmp_path / "pairs"
+    _write_pairs(root, n=2)
+    (root / "labels" / "s1.nrrd").unlink()
+    with pytest.raises(data.DatasetError, match="do not match") as info:
+        data.discover(root)
+    assert info.value.problems == ["s1: image without label"]
+    with pytest.raises(data.DatasetError, match="no dataset found"):
+        data.discover(tmp_path)
+    with pytest.raises(data.DatasetError, match="not found"):
+        data.discover(tmp_path / "missing")
+    nn = tmp_path / "nn"
+    _write_nnunet(nn, n=2)
+    (nn / "labelsTr" / "case1.nii.gz").unlink()
+    with pytest.raises(data.DatasetError, match="no label in labelsTr"):
+        data.discover(nn)
+
+
+def test_msd_json_errors(tmp_path: Path) -> None:
+    (tmp_path / "dataset.json").write_text("{not json")
+    with pytest.raises(data.DatasetError, match="invalid JSON"):
+        data.discover(tmp_path)
+    (tmp_path / "dataset.json").write_text(json.dumps({"training": [{"image": "a.nii.gz"}]}))
+    with pytest.raises(data.DatasetError, match="needs 'image' and 'label'"):
+        data.discover(tmp_path)
+    (tmp_path / "dataset.json").write_text(json.dumps({"training": [{"image": "a.nii.gz", "label": "b.nii.gz"}]}))
+    with pytest.raises(data.DatasetError) as info:
+        data.validate_cases(data.discover(tmp_path))
+    assert "image file not found" in info.value.problems[0]
