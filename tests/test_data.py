@@ -117,3 +117,51 @@ def test_msd_json_errors(tmp_path: Path) -> None:
     with pytest.raises(data.DatasetError) as info:
         data.validate_cases(data.discover(tmp_path))
     assert "image file not found" in info.value.problems[0]
+
+
+# ----------------------------------------------------------------------------- cache
+def test_cache_builds_reuses_and_invalidates(tmp_path: Path) -> None:
+    root = tmp_path / "msd"
+    _write_msd(root, n=2)
+    cases = data.discover(root)
+    kwargs = dict(coarse_spacing_mm=(4.0, 4.0, 4.0), fine_spacing_mm=(1.0, 1.0, 1.0), margin_mm=2.0)
+    built = data.build_cache(cases, tmp_path / "cache", **kwargs)  # type: ignore[arg-type]
+    assert [c.name for c in built] == ["lung_000", "lung_001"]
+    first = built[0]
+    assert set(first.fine) == {"right", "left"}
+    img, lbl = first.coarse.load()
+    assert isinstance(img, np.memmap) and img.dtype == np.int16 and lbl.dtype == np.uint8
+    assert img.shape == first.coarse.shape_zyx and first.coarse.spacing_xyz == (4.0, 4.0, 4.0)
+    # the right-lung crop is centred on label 1 and holds all of it
+    _, right = first.fine["right"].load()
+    assert (right == 1).any()
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").rglob("*.npy")}
+
+    again = data.build_cache(cases, tmp_path / "cache", **kwargs)  # type: ignore[arg-type]
+    assert again == built
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").rglob("*.npy")} == mtimes  # nothing rewritten
+
+    changed = data.build_cache(cases, tmp_path / "cache", **{**kwargs, "margin_mm": 4.0})  # type: ignore[arg-type]
+    assert changed[0].coarse.image.parent != first.coarse.image.parent  # new settings, new key
+    image, label = _pair(5)
+    io.write_image(label, root / "labelsTr" / "lung_001.nii.gz")  # data changed
+    rebuilt = data.build_cache(data.discover(root), tmp_path / "cache", **kwargs)  # type: ignore[arg-type]
+    assert rebuilt[0].coarse.image.parent not in (first.coarse.image.parent, changed[0].coarse.image.parent)
+
+
+def test_cache_crop_geometry_is_physical(tmp_path: Path) -> None:
+    """A lung crop's origin and spacing place its voxels where the lung is in LPS space,
+    whatever the storage orientation of the input."""
+    image, label = _pair(0, size=(32, 24, 12))
+    root = tmp_path / "pairs"
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    io.write_image(spatial.reorient(image, "RAS"), root / "images" / "a.nii.gz")
+    io.write_image(spatial.reorient(label, "RAS"), root / "labels" / "a.nii.gz")
+    (cached,) = data.build_cache(data.discover(root), tmp_path / "cache", fine_spacing_mm=(0.8, 0.7, 2.5), margin_mm=0.0)
+    _, right = cached.fine["right"].load()
+    box = spatial.box_from_mask(label, 1)
+    assert box is not None
+    first_voxel = np.asarray(cached.fine["right"].origin_xyz)
+    np.testing.assert_allclose(first_voxel, np.asarray(box.lo_xyz) + np.array([0.4, 0.35, 1.25]), atol=1e-4)
+    assert (right == 1).sum() == (sitk.GetArrayViewFromImage(label) == 1).sum()
