@@ -37,7 +37,11 @@ __all__ = [
     "LABELS",
     "build_cache",
     "discover",
+    "extract_patch",
+    "foreground_points",
+    "mirror_left_right",
     "preprocess_case",
+    "sample_patch_center",
     "validate_cases",
 ]
 
@@ -375,3 +379,60 @@ def _case_from_json(folder: Path, name: str, entry: dict) -> CachedCase:
         CachedVolume.from_json(folder, entry["coarse"]),
         {k: CachedVolume.from_json(folder, v) for k, v in entry["fine"].items()},
     )
+
+
+# ----------------------------------------------------------------------------- patch sampling
+def extract_patch(
+    array_zyx: np.ndarray, center_zyx: tuple[int, int, int], size_zyx: tuple[int, int, int], pad_value: float
+) -> np.ndarray:
+    """The ``size_zyx`` block of ``array_zyx`` centred on ``center_zyx`` (a copy), padded with
+    ``pad_value`` where it leaves the array. Reads only the block from a memory map."""
+    out = np.full(size_zyx, pad_value, dtype=array_zyx.dtype)
+    src, dst = [], []
+    for c, s, n in zip(center_zyx, size_zyx, array_zyx.shape):
+        lo = c - s // 2
+        a, b = max(lo, 0), min(lo + s, n)
+        if b <= a:
+            return out
+        src.append(slice(a, b))
+        dst.append(slice(a - lo, b - lo))
+    out[tuple(dst)] = array_zyx[tuple(src)]
+    return out
+
+
+def foreground_points(label_zyx: np.ndarray, max_points: int = 20000, seed: int = 0) -> np.ndarray:
+    """Up to ``max_points`` lung voxel positions (N, 3) in ``(z, y, x)``, a seeded random
+    subset, used to centre foreground patches without scanning the label every time."""
+    points = np.argwhere(np.asarray(label_zyx) > 0)
+    if len(points) > max_points:
+        rng = np.random.default_rng(seed)
+        points = points[np.sort(rng.choice(len(points), max_points, replace=False))]
+    return points.astype(np.int32)
+
+
+def sample_patch_center(
+    shape_zyx: tuple[int, int, int],
+    size_zyx: tuple[int, int, int],
+    fg_points: np.ndarray,
+    foreground: bool,
+    rng: np.random.Generator,
+) -> tuple[int, int, int]:
+    """A patch centre: on a random lung voxel when ``foreground`` (and there is lung), else
+    uniform over the positions that keep most of the patch inside the volume."""
+    if foreground and len(fg_points):
+        return tuple(int(v) for v in fg_points[rng.integers(len(fg_points))])  # type: ignore[return-value]
+    center = []
+    for n, s in zip(shape_zyx, size_zyx):
+        lo, hi = min(s // 2, n // 2), max(n - (s - s // 2), n // 2)
+        center.append(int(rng.integers(lo, hi + 1)))
+    return tuple(center)  # type: ignore[return-value]
+
+
+def mirror_left_right(image_zyx: np.ndarray, label_zyx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mirror canonical (LPS) arrays along x, the patient's left-right axis, and swap labels
+    1 and 2: the right lung seen in a mirror is a left lung. Any left-right flip in
+    augmentation must go through here."""
+    image = np.ascontiguousarray(image_zyx[..., ::-1])
+    flipped = label_zyx[..., ::-1]
+    label = np.where(flipped == 1, 2, np.where(flipped == 2, 1, flipped)).astype(label_zyx.dtype)
+    return image, label

@@ -165,3 +165,46 @@ def test_cache_crop_geometry_is_physical(tmp_path: Path) -> None:
     first_voxel = np.asarray(cached.fine["right"].origin_xyz)
     np.testing.assert_allclose(first_voxel, np.asarray(box.lo_xyz) + np.array([0.4, 0.35, 1.25]), atol=1e-4)
     assert (right == 1).sum() == (sitk.GetArrayViewFromImage(label) == 1).sum()
+
+
+# ----------------------------------------------------------------------------- sampling
+def test_extract_patch_pads_outside() -> None:
+    array = np.arange(5 * 6 * 7).reshape(5, 6, 7)
+    patch = data.extract_patch(array, (0, 0, 0), (4, 4, 4), pad_value=-1)
+    assert patch.shape == (4, 4, 4)
+    assert (patch[:2] == -1).all() and (patch[:, :2] == -1).all()
+    np.testing.assert_array_equal(patch[2:, 2:, 2:], array[:2, :2, :2])
+    inside = data.extract_patch(array, (2, 3, 3), (3, 3, 3), pad_value=-1)
+    np.testing.assert_array_equal(inside, array[1:4, 2:5, 2:5])
+    assert (data.extract_patch(array, (50, 0, 0), (2, 2, 2), pad_value=9) == 9).all()
+
+
+def test_foreground_share_of_sampled_patches() -> None:
+    label = np.zeros((60, 80, 80), np.uint8)
+    label[20:30, 30:40, 30:40] = 1  # small lung: about 0.2 % of the volume
+    points = data.foreground_points(label, max_points=500, seed=0)
+    assert len(points) == 500 and (label[tuple(points.T)] == 1).all()
+    rng = np.random.default_rng(0)
+    share = 0.33
+    hits = 0
+    n = 600
+    for _ in range(n):
+        fg = rng.random() < share
+        c = data.sample_patch_center(label.shape, (16, 16, 16), points, fg, rng)
+        hits += label[c] > 0
+    # centred-on-lung patches make up the requested share (random ones almost never hit)
+    assert abs(hits / n - share) < 0.06
+
+
+def test_left_right_mirror_swaps_labels() -> None:
+    image = np.zeros((2, 3, 10), np.int16)
+    label = np.zeros((2, 3, 10), np.uint8)
+    image[..., :3] = 100
+    label[..., :3] = 1  # right lung at low x (LPS)
+    label[..., 6:] = 2  # asymmetric on purpose
+    mirrored_image, mirrored_label = data.mirror_left_right(image, label)
+    assert (mirrored_image[..., 7:] == 100).all()
+    assert (mirrored_label[..., 7:] == 2).all() and (mirrored_label[..., :4] == 1).all()
+    assert mirrored_label[0, 0, 6] == 0
+    # what was right lung is now at high x, where the left lung lies, and is called left
+    assert ((label == 1) == (mirrored_label[..., ::-1] == 2)).all()
