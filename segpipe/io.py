@@ -43,6 +43,7 @@ __all__ = [
     "list_dicom_series",
     "validate_image",
     "is_image_path",
+    "check_hu",
 ]
 
 log = logging.getLogger("segpipe")
@@ -339,3 +340,41 @@ def write_image(
         if tmp_dir.exists():
             tmp_dir.rmdir()
     return p
+
+
+# ----------------------------------------------------------------------------- intensity sanity
+def check_hu(image: sitk.Image, name: str = "image") -> None:
+    """Raise :class:`InputError` unless ``image`` looks like CT in Hounsfield units.
+
+    CT of the body has air (outside the patient, in the lungs) near -1000 HU. Scans stored
+    with a +1000/+1024 offset put that air near 0; normalised scans (0..1) and MRI have no
+    air peak at all. The error names the fix (``--hu-offset``) where one exists.
+    """
+    array = sitk.GetArrayViewFromImage(image)
+    step = max(1, int(round((array.size / 2_000_000) ** (1 / 3))))
+    sample = np.asarray(array[::step, ::step, ::step], dtype=np.float32).ravel()
+    lo, hi = (float(v) for v in np.percentile(sample, [0.5, 99.5]))
+    if hi - lo < 50:
+        raise InputError(
+            f"{name}: values span only {lo:.3g}..{hi:.3g}, which is not CT in HU (normalised data?); "
+            "segpipe needs Hounsfield units"
+        )
+    air = np.count_nonzero((sample > -1100) & (sample < -700)) / sample.size
+    if air >= 0.01:
+        return
+    if lo > -200:
+        near = sample[(sample > lo - 1) & (sample < lo + 300)]
+        hist, edges = np.histogram(near, bins=60)
+        peak = float(edges[int(np.argmax(hist))])
+        # an offset CT also has soft tissue (0..100 HU) about 1000 above its air peak
+        tissue = np.count_nonzero((sample > peak + 900) & (sample < peak + 1150)) / sample.size
+        if near.size >= 0.02 * sample.size and peak < 150 and tissue >= 0.02:
+            offset = -1024 if abs(peak - 24) <= abs(peak) else -1000
+            raise InputError(
+                f"{name}: no air near -1000 HU, but a peak near {peak:.0f}: the scan looks stored with a "
+                f"+{-offset} offset; rerun with --hu-offset {offset}"
+            )
+    raise InputError(
+        f"{name}: found no air near -1000 HU (values {lo:.0f}..{hi:.0f}); segpipe needs CT in Hounsfield units "
+        "(is this MRI, or a scan cropped inside the body?)"
+    )

@@ -299,3 +299,34 @@ def test_suffix_helpers() -> None:
     assert io.strip_suffix("case_01.nii.gz") == "case_01"
     assert io.strip_suffix("scan.mha") == "scan"
     assert io.image_suffix("notes.txt") == ""
+
+
+# ----------------------------------------------------------------------------- HU sanity
+def _ct_like(seed: int = 0) -> np.ndarray:
+    """Air around a water-like body with lung-like holes, in HU, (z, y, x)."""
+    rng = np.random.default_rng(seed)
+    z, y, x = np.ogrid[:20, :64, :64]
+    a = np.full((20, 64, 64), -1000.0, np.float32)
+    a[(y - 32) ** 2 + (x - 32) ** 2 < 26**2 + 0 * z] = 40.0
+    a[((y - 32) ** 2 + (x - 20) ** 2 < 8**2) | ((y - 32) ** 2 + (x - 44) ** 2 < 8**2) & (z >= 0)] = -850.0
+    return a + rng.normal(0, 15, a.shape).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "transform, pattern",
+    [
+        (lambda a: a + 1024, "--hu-offset -1024"),
+        (lambda a: a + 1000, "--hu-offset -1000"),
+        (lambda a: (a + 1024) / 3000, "normalised"),
+        (lambda a: np.abs(a + 1000) * 0.3 + 20, "found no air"),  # MRI-like: dark background, no negatives
+    ],
+)
+def test_check_hu_names_the_fix(transform, pattern: str) -> None:  # type: ignore[no-untyped-def]
+    io.check_hu(sitk.GetImageFromArray(_ct_like()))  # real HU passes
+    with pytest.raises(InputError, match=pattern.replace("-", r"\-")):
+        io.check_hu(sitk.GetImageFromArray(transform(_ct_like()).astype(np.float32)), "scan.nii.gz")
+
+
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="shared/data not present")
+def test_check_hu_accepts_real_scans() -> None:
+    io.check_hu(io.read_image(SHARED_DATA / "copdgene-10002K-64" / "ct.nii.gz"))
