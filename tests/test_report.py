@@ -1,0 +1,54 @@
+"""QC pictures: written atomically, anatomical orientation whatever the storage orientation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+
+from segpipe.errors import GeometryError, OutputError
+from segpipe.report import qc_picture
+from segpipe.synthetic import PhantomSpec, make_phantom
+
+
+@pytest.fixture(scope="module")
+def phantom():
+    return make_phantom(PhantomSpec(seed=9, size_xyz=(48, 44, 36), noise_hu=0.0, female=True))
+
+
+def _pixels(path: Path) -> np.ndarray:
+    from matplotlib.image import imread
+
+    return imread(str(path))
+
+
+def test_qc_picture_writes_png(phantom, tmp_path: Path) -> None:
+    out = qc_picture(phantom.image, phantom.label, tmp_path / "qc.png", title="case 9")
+    assert out == tmp_path / "qc.png"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["qc.png"]  # no temporary file left
+    qc_picture(phantom.image, None, tmp_path / "nolabel.png")
+    assert (tmp_path / "nolabel.png").stat().st_size > 1000
+
+
+def test_qc_picture_same_view_for_every_storage_orientation(phantom, tmp_path: Path) -> None:
+    """Reoriented copies of one scan give the same panels (only the title line differs)."""
+    ref = _pixels(qc_picture(phantom.image, phantom.label, tmp_path / "lps.png", title="x"))
+    for code in ("RAS", "LPI"):
+        img = sitk.DICOMOrient(phantom.image, code)
+        lab = sitk.DICOMOrient(phantom.label, code)
+        got = _pixels(qc_picture(img, lab, tmp_path / f"{code}.png", title="x"))
+        assert got.shape == ref.shape
+        body = slice(int(0.2 * ref.shape[0]), None)  # below the title
+        assert np.abs(got[body] - ref[body]).max() < 1e-6
+
+
+def test_qc_picture_errors(phantom, tmp_path: Path) -> None:
+    small = sitk.Image(10, 10, 10, sitk.sitkUInt8)
+    with pytest.raises(GeometryError, match="label on the image grid"):
+        qc_picture(phantom.image, small, tmp_path / "x.png")
+    with pytest.raises(OutputError, match="existing folder"):
+        qc_picture(phantom.image, phantom.label, tmp_path / "missing" / "x.png")
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,217 @@
+"""The phantom generator: determinism, geometry, label semantics, tissue HU, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+
+from segpipe.cli import main
+from segpipe.errors import ConfigError
+from segpipe.synthetic import TISSUES, PhantomSpec, make_phantom, sample_spec
+
+SMALL = (48, 44, 32)
+
+
+def _arrays(ph):
+    lps = [sitk.DICOMOrient(im, "LPS") for im in (ph.image, ph.label)]
+    return [sitk.GetArrayFromImage(im) for im in lps]
+
+
+def _physical_centroid(label: sitk.Image, value: int) -> np.ndarray:
+    arr = sitk.GetArrayFromImage(label)
+    idx = np.argwhere(arr == value)  # (z, y, x)
+    assert len(idx), f"label {value} is empty"
+    mean_xyz = idx.mean(axis=0)[::-1]
+    return np.array(label.TransformContinuousIndexToPhysicalPoint([float(v) for v in mean_xyz]))
+
+
+@pytest.fixture(scope="module")
+def rich() -> object:
+    """One phantom with every lung pathology but collapse, and its tissue map (2 mm grid)."""
+    spec = PhantomSpec(seed=11, size_xyz=(176, 150, 120), spacing_xyz=(2.0, 2.0, 2.5), coverage="chest_abdomen",
+                       noise_hu=8.0, nodules=1.0, consolidation=1.0, effusion=1.0, ground_glass=1.0, emphysema=1.0)
+    return make_phantom(spec, tissue_map=True)
+
+
+def test_spec_validation() -> None:
+    with pytest.raises(ConfigError, match="coverage"):
+        PhantomSpec(coverage="head")
+    with pytest.raises(ConfigError, match="orientation"):
+        PhantomSpec(orientation="LLS")
+    with pytest.raises(ConfigError, match="size_xyz"):
+        PhantomSpec(size_xyz=(64, 64))
+    with pytest.raises(ConfigError, match="nodules"):
+        PhantomSpec(nodules=1.5)
+    with pytest.raises(ConfigError, match="unknown"):
+        sample_spec(1, wings=2)
+    with pytest.raises(ConfigError):
+        make_phantom("seven")  # type: ignore[arg-type]
+    spec = sample_spec(3, coverage="chest", orientation="ras")
+    assert spec.coverage == "chest" and spec.orientation == "RAS"
+    assert sample_spec(3) == sample_spec(3) and sample_spec(3) != sample_spec(4)
+
+
+def test_same_seed_same_phantom_other_seed_differs() -> None:
+    a = make_phantom(PhantomSpec(seed=5, size_xyz=SMALL, nodules=0.5))
+    b = make_phantom(PhantomSpec(seed=5, size_xyz=SMALL, nodules=0.5))
+    c = make_phantom(PhantomSpec(seed=6, size_xyz=SMALL, nodules=0.5))
+    ia, la = _arrays(a)
+    ib, lb = _arrays(b)
+    ic, lc = _arrays(c)
+    assert np.array_equal(ia, ib) and np.array_equal(la, lb)
+    assert a.image.GetOrigin() == b.image.GetOrigin()
+    assert not np.array_equal(ia, ic)
+    assert set(np.unique(la)) == {0, 1, 2}
+
+
+@pytest.mark.parametrize("orientation", ["LPS", "RAS", "LAS", "LPI"])
+def test_geometry_and_right_lung_at_negative_x(orientation: str) -> None:
+    dtype = "float32" if orientation == "LAS" else "int16"
+    ph = make_phantom(PhantomSpec(seed=2, size_xyz=(40, 36, 30), spacing_xyz=(9.0, 9.0, 10.0), orientation=orientation,
+                                  dtype=dtype, noise_hu=0.0))
+    img, lab = ph.image, ph.label
+    assert img.GetSize() == lab.GetSize() == (40, 36, 30)
+    assert img.GetSpacing() == lab.GetSpacing() and img.GetOrigin() == lab.GetOrigin()
+    assert img.GetDirection() == lab.GetDirection()
+    assert sitk.DICOMOrientImageFilter.GetOrientationFromDirectionCosines(img.GetDirection()) == orientation
+    assert sorted(round(s, 6) for s in img.GetSpacing()) == [9.0, 9.0, 10.0]
+    assert lab.GetPixelID() == sitk.sitkUInt8
+    assert img.GetPixelID() == (sitk.sitkFloat32 if dtype == "float32" else sitk.sitkInt16)
+    right, left = _physical_centroid(lab, 1), _physical_centroid(lab, 2)
+    assert right[0] < 0 < left[0]  # LPS: +x is the patient's left
+    assert right[0] < left[0] - 100
+
+
+def test_same_anatomy_on_any_grid() -> None:
+    """The anatomy is built in mm: two grids of one spec give about the same lung volumes."""
+    coarse = make_phantom(PhantomSpec(seed=8, size_xyz=(48, 48, 36), spacing_xyz=(8.0, 8.0, 9.0), noise_hu=0))
+    fine = make_phantom(PhantomSpec(seed=8, size_xyz=(96, 96, 72), spacing_xyz=(4.0, 4.0, 4.5), noise_hu=0))
+    for side in ("right", "left"):
+        a, b = coarse.info["lung_volume_ml"][side], fine.info["lung_volume_ml"][side]
+        assert 1200 < b < 4500
+        assert abs(a - b) / b < 0.08
+
+
+def test_no_lungs_and_lung_bases() -> None:
+    none = make_phantom(PhantomSpec(seed=4, size_xyz=SMALL, coverage="no_lungs"))
+    assert sitk.GetArrayViewFromImage(none.label).max() == 0
+    bases = make_phantom(PhantomSpec(seed=4, size_xyz=SMALL, coverage="lung_bases"))
+    chest = make_phantom(PhantomSpec(seed=4, size_xyz=SMALL, coverage="chest"))
+    n_bases = int((sitk.GetArrayViewFromImage(bases.label) > 0).sum() * np.prod(bases.label.GetSpacing()))
+    n_chest = int((sitk.GetArrayViewFromImage(chest.label) > 0).sum() * np.prod(chest.label.GetSpacing()))
+    assert 0 < n_bases < 0.5 * n_chest
+
+
+def test_padding_outside_field_of_view() -> None:
+    ph = make_phantom(PhantomSpec(seed=1, size_xyz=SMALL, padding_value=-2048))
+    img = sitk.GetArrayViewFromImage(ph.image)
+    assert img[:, 0, 0].max() == -2048  # corners are outside the circle
+    inside = img[:, SMALL[1] // 2, SMALL[0] // 2]
+    assert inside.min() >= -1024
+
+
+def test_tissue_hu_ranges(rich) -> None:
+    img = sitk.GetArrayFromImage(rich.image).astype(np.float32)
+    tissue = sitk.GetArrayFromImage(rich.tissue)
+    lab = sitk.GetArrayFromImage(rich.label)
+
+    def median(name: str) -> float:
+        sel = img[tissue == TISSUES[name]]
+        assert sel.size > 50, name
+        return float(np.median(sel))
+
+    assert -1024 <= median("air") <= -980
+    assert -930 <= median("lung") <= -720
+    assert -140 <= median("fat") <= -60
+    assert 15 <= median("muscle") <= 85
+    assert median("cortical_bone") >= 250
+    assert 0 <= median("effusion") <= 40
+    lung_vals = img[lab > 0]
+    assert -920 <= np.median(lung_vals) <= -700
+    assert np.percentile(lung_vals, 99) > -300  # vessels and lesions inside the lungs
+
+
+def test_label_semantics(rich) -> None:
+    """Airways, bowel gas and effusion are not lung; nodules and consolidation are."""
+    tissue = sitk.GetArrayFromImage(rich.tissue)
+    lab = sitk.GetArrayFromImage(rich.label)
+    img = sitk.GetArrayFromImage(rich.image)
+    for name in ("airway", "bowel_gas", "effusion", "mediastinal_fat", "blood", "cortical_bone"):
+        sel = tissue == TISSUES[name]
+        assert sel.sum() > 0, name
+        assert lab[sel].max() == 0, name
+    for name in ("nodule", "consolidation", "vessel", "bronchus"):
+        sel = tissue == TISSUES[name]
+        assert sel.sum() > 0, name
+        assert lab[sel].min() >= 1, name
+    assert np.median(img[tissue == TISSUES["airway"]]) < -700
+    assert np.median(img[tissue == TISSUES["bowel_gas"]]) < -600
+    # the reported nodule centres (physical mm) fall in the lungs, the airway centreline does not
+    size = rich.label.GetSize()
+    checked = 0
+    for nod in rich.info["nodules"]:
+        idx = rich.label.TransformPhysicalPointToIndex(nod["centre_mm"])
+        if not nod["pleural"] and all(0 <= i < n for i, n in zip(idx, size)):
+            assert rich.label[idx] in (1, 2)
+            checked += 1
+    assert checked >= 1
+    zs = [rich.image.GetOrigin()[2], rich.image.GetOrigin()[2] + rich.image.GetSpacing()[2] * (rich.image.GetSize()[2] - 1)]
+    points = [p for p in rich.info["airway_centreline_mm"] if min(zs) + 5 < p[2] < max(zs) - 5]
+    assert points
+    for p in points:
+        assert rich.label[rich.label.TransformPhysicalPointToIndex(p)] == 0
+
+
+def test_cli_writes_decathlon_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "phantoms"
+    code = main(["synth", "--out", str(out), "--n", "2", "--seed", "3", "--size", "40,36,24", "--coverage", "chest",
+                 "--orientation", "ras", "--pathology", "nodules,effusion", "--preview", "--quiet"])
+    assert code == 0
+    assert "wrote 2 case(s)" in capsys.readouterr().out
+    meta = json.loads((out / "dataset.json").read_text())
+    assert meta["labels"] == {"0": "background", "1": "right_lung", "2": "left_lung"}
+    assert meta["modality"] == {"0": "CT"} and meta["numTraining"] == 2 and len(meta["training"]) == 2
+    for entry in meta["training"]:
+        image = sitk.ReadImage(str(out / entry["image"]))
+        label = sitk.ReadImage(str(out / entry["label"]))
+        assert image.GetSize() == label.GetSize() == (40, 36, 24)
+        assert np.allclose(image.GetDirection(), label.GetDirection())
+        assert sitk.DICOMOrientImageFilter.GetOrientationFromDirectionCosines(image.GetDirection()) == "RAS"
+        assert set(np.unique(sitk.GetArrayViewFromImage(label))) <= {0, 1, 2}
+    assert sorted(p.name for p in (out / "preview").iterdir()) == ["phantom_000.png", "phantom_001.png"]
+    cases = meta["segpipe_phantoms"]["cases"]
+    assert all("nodules" in c and "effusion" in c for c in cases)
+    # case i depends on (seed, i) only
+    main(["synth", "--out", str(tmp_path / "one"), "--n", "1", "--seed", "3", "--size", "40,36,24", "--coverage", "chest",
+          "--orientation", "ras", "--pathology", "nodules,effusion", "--quiet"])
+    a = sitk.GetArrayFromImage(sitk.ReadImage(str(out / "imagesTr" / "phantom_000.nii.gz")))
+    b = sitk.GetArrayFromImage(sitk.ReadImage(str(tmp_path / "one" / "imagesTr" / "phantom_000.nii.gz")))
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--n", "0"],
+        ["--size", "64,64"],
+        ["--spacing", "0.7,-1,2"],
+        ["--coverage", "head"],
+        ["--pathology", "warts"],
+        ["--noise", "900"],
+        ["--orientation", "XYZ"],
+    ],
+)
+def test_cli_bad_options_one_line_exit_2(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "never"
+    try:
+        code = main(["synth", "--out", str(out), "--quiet", *args])
+    except SystemExit as stop:
+        code = stop.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("segpipe synth: error: ")
+    assert not out.exists()
