@@ -23,6 +23,12 @@ from segpipe.errors import ConfigError
 __all__ = [
     "NetworkConfig",
     "SpacingConfig",
+    "IntensityConfig",
+    "AugmentConfig",
+    "StageConfig",
+    "OptimConfig",
+    "DataConfig",
+    "TrainConfig",
     "from_dict",
     "to_dict",
     "load_yaml",
@@ -59,9 +65,13 @@ class NetworkConfig:
         max_width: cap on the channels of any stage.
         block: ``"bottleneck"`` (residual 1x1x1-3x3x3-1x1x1) or ``"plain"`` (two 3x3x3 convs).
         blocks_per_stage: residual blocks per encoder stage.
+        decoder_blocks: blocks per decoder stage (the first one also merges the skip connection).
         bottleneck_ratio: channel reduction inside a bottleneck block.
         norm: ``"instance"`` or ``"group"``.
-        checkpointing: ``"none"``, ``"encoder"``, ``"all"``, or a list of stage names.
+        norm_groups: most groups of a group norm (the largest divisor of the channels up to this).
+        negative_slope: slope of the (in-place) LeakyReLU for negative inputs.
+        checkpointing: ``"none"``, ``"encoder"``, ``"all"``, or a list of stage names
+            (``enc0`` .. ``enc<depth>``, ``dec0`` .. ``dec<depth-1>``).
     """
 
     in_channels: int = 1
@@ -72,8 +82,11 @@ class NetworkConfig:
     max_width: int = 256
     block: str = "bottleneck"
     blocks_per_stage: int = 2
+    decoder_blocks: int = 1
     bottleneck_ratio: int = 4
     norm: str = "instance"
+    norm_groups: int = 8
+    negative_slope: float = 0.01
     checkpointing: Any = "none"
 
     def __post_init__(self) -> None:
@@ -91,13 +104,24 @@ class NetworkConfig:
             raise ConfigError(f"network.block: expected 'bottleneck' or 'plain', got {self.block!r}")
         if self.blocks_per_stage < 1:
             raise ConfigError(f"network.blocks_per_stage: expected >= 1, got {self.blocks_per_stage}")
+        if self.decoder_blocks < 1:
+            raise ConfigError(f"network.decoder_blocks: expected >= 1, got {self.decoder_blocks}")
         if self.bottleneck_ratio < 1:
             raise ConfigError(f"network.bottleneck_ratio: expected >= 1, got {self.bottleneck_ratio}")
         if self.norm not in ("instance", "group"):
             raise ConfigError(f"network.norm: expected 'instance' or 'group', got {self.norm!r}")
+        if self.norm_groups < 1:
+            raise ConfigError(f"network.norm_groups: expected >= 1, got {self.norm_groups}")
+        if not 0 <= self.negative_slope < 1:
+            raise ConfigError(f"network.negative_slope: expected 0 <= slope < 1, got {self.negative_slope}")
         if isinstance(self.checkpointing, list):
             object.__setattr__(self, "checkpointing", tuple(self.checkpointing))
-        if not (isinstance(self.checkpointing, tuple) or self.checkpointing in ("none", "encoder", "all")):
+        if isinstance(self.checkpointing, tuple):
+            if not all(isinstance(name, str) for name in self.checkpointing):
+                raise ConfigError(
+                    f"network.checkpointing: expected a list of stage names, got {list(self.checkpointing)!r}"
+                )
+        elif self.checkpointing not in ("none", "encoder", "all"):
             raise ConfigError(
                 f"network.checkpointing: expected 'none', 'encoder', 'all' or a list of stage names, got {self.checkpointing!r}"
             )
@@ -137,7 +161,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
             return tuple(_convert(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
         if len(args) != len(value):
             raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
-        return tuple(_convert(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(args, value)))
+        return tuple(_convert(v, a, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
     if origin is list:
         (arg,) = typing.get_args(tp)
         if not isinstance(value, (list, tuple)):
@@ -181,6 +205,14 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, where: str = "") -> T:
         return cls(**kwargs)
     except TypeError as err:
         raise ConfigError(f"{where or cls.__name__}: {err}") from err
+    except ConfigError as err:  # name the section a nested value came from: fine.network.depth
+        message, last = str(err), where.rsplit(".", 1)[-1]
+        if not where or message.startswith(where):
+            raise
+        if message.startswith((f"{last}.", f"{last}:")):
+            parent = where[: -len(last)].rstrip(".")
+            raise ConfigError(f"{parent}.{message}" if parent else message) from err
+        raise ConfigError(f"{where}.{message}") from err
 
 
 def to_dict(obj: Any) -> Any:
@@ -232,3 +264,165 @@ def apply_overrides(cfg: T, overrides: list[str]) -> T:
             raise ConfigError(f"override {item!r}: unknown config key {key}")
         node[parts[-1]] = yaml.safe_load(raw)
     return from_dict(type(cfg), data)
+
+
+# ----------------------------------------------------------------------------- training
+@dataclass(frozen=True)
+class IntensityConfig:
+    """Fixed CT normalisation, stored in the model file and never re-estimated per scan:
+    clip to ``window_hu`` and scale linearly to [-1, 1]."""
+
+    window_hu: tuple[float, float] = (-1024.0, 400.0)
+
+    def __post_init__(self) -> None:
+        lo, hi = self.window_hu
+        if not hi > lo:
+            raise ConfigError(f"intensity.window_hu: expected low < high, got {list(self.window_hu)}")
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """Patch augmentation. Left-right mirroring swaps labels 1 and 2 (see
+    :func:`segpipe.data.mirror_left_right`); other axes' flips are off: anatomy is not
+    symmetric front-back or head-feet."""
+
+    probability: float = 0.3
+    mirror: bool = False
+    rotate_deg: float = 10.0
+    scale: tuple[float, float] = (0.85, 1.15)
+    elastic: bool = False
+    intensity_shift_hu: float = 40.0
+    intensity_scale: float = 0.1
+    noise_hu: float = 25.0
+    blur_sigma_mm: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.probability <= 1.0:
+            raise ConfigError(f"augment.probability: expected 0..1, got {self.probability}")
+        if not 0 < self.scale[0] <= self.scale[1]:
+            raise ConfigError(f"augment.scale: expected 0 < low <= high, got {list(self.scale)}")
+        for name in ("rotate_deg", "intensity_shift_hu", "intensity_scale", "noise_hu", "blur_sigma_mm"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"augment.{name}: expected >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """One stage of the cascade (coarse localiser or fine segmenter).
+
+    Args:
+        network: the UNet of this stage.
+        patch_xyz: training patch in voxels (x, y, z), multiples of ``2**network.depth``;
+            inference uses it as the sliding-window size.
+        batch_size: patches per step.
+        accumulation: steps whose gradients add up before one optimiser update.
+        amp: mixed precision (fp16 + GradScaler on CUDA, bf16 on CPU).
+        epochs: passes over ``steps_per_epoch`` optimiser updates.
+        steps_per_epoch: optimiser updates per epoch.
+        lr: peak learning rate.
+        fg_fraction: share of patches centred on lung (foreground oversampling).
+        spacing_jitter: multi-scale training: each patch is resampled by a random factor in
+            ``[1 - jitter, 1 + jitter]`` (0 turns it off).
+        overlap: sliding-window overlap for validation and inference.
+    """
+
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    patch_xyz: tuple[int, int, int] = (96, 96, 96)
+    batch_size: int = 2
+    accumulation: int = 1
+    amp: bool = True
+    epochs: int = 20
+    steps_per_epoch: int = 100
+    lr: float = 2e-3
+    fg_fraction: float = 0.5
+    spacing_jitter: float = 0.0
+    overlap: float = 0.25
+
+    def __post_init__(self) -> None:
+        d = 2**self.network.depth
+        if any(p < d or p % d for p in self.patch_xyz):
+            raise ConfigError(f"patch_xyz: expected multiples of {d} (2**network.depth), got {list(self.patch_xyz)}")
+        for name in ("batch_size", "accumulation", "epochs", "steps_per_epoch"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr: expected > 0, got {self.lr}")
+        if not 0.0 <= self.fg_fraction <= 1.0:
+            raise ConfigError(f"fg_fraction: expected 0..1, got {self.fg_fraction}")
+        if not 0.0 <= self.spacing_jitter < 0.5:
+            raise ConfigError(f"spacing_jitter: expected 0 <= jitter < 0.5, got {self.spacing_jitter}")
+        if not 0.0 <= self.overlap < 1.0:
+            raise ConfigError(f"overlap: expected 0 <= overlap < 1, got {self.overlap}")
+
+
+def _coarse_default() -> StageConfig:
+    return StageConfig(
+        network=NetworkConfig(base_width=8, max_width=64),
+        patch_xyz=(80, 80, 96),
+        batch_size=2,
+        fg_fraction=0.5,
+        epochs=20,
+        steps_per_epoch=50,
+    )
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Optimiser and schedule, shared by both stages."""
+
+    optimizer: str = "adamw"
+    weight_decay: float = 1e-4
+    momentum: float = 0.99
+    schedule: str = "poly"
+    warmup_steps: int = 20
+    grad_clip: float = 12.0
+    max_nonfinite: int = 20
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in ("adamw", "adam", "sgd"):
+            raise ConfigError(f"optim.optimizer: expected adamw, adam or sgd, got {self.optimizer!r}")
+        if self.schedule not in ("poly", "cosine", "constant"):
+            raise ConfigError(f"optim.schedule: expected poly, cosine or constant, got {self.schedule!r}")
+        if self.warmup_steps < 0 or self.grad_clip <= 0 or self.max_nonfinite < 1:
+            raise ConfigError("optim: expected warmup_steps >= 0, grad_clip > 0 and max_nonfinite >= 1")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where training data comes from and how it is prepared."""
+
+    cache_dir: str | None = None
+    extra_phantoms: int = 0
+    phantom_seed: int = 1000
+    phantom_size_xyz: tuple[int, int, int] = (160, 160, 120)
+    val_fraction: float = 0.2
+    num_workers: int = 2
+    margin_mm: float = 12.0
+
+    def __post_init__(self) -> None:
+        if self.extra_phantoms < 0 or self.num_workers < 0 or self.margin_mm < 0:
+            raise ConfigError("data: expected extra_phantoms, num_workers and margin_mm >= 0")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ConfigError(f"data.val_fraction: expected 0 <= fraction < 1, got {self.val_fraction}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything ``segpipe train`` needs; the resolved copy goes into the model file."""
+
+    seed: int = 0
+    device: str = "auto"
+    stages: str = "both"
+    spacing: SpacingConfig = field(default_factory=SpacingConfig)
+    intensity: IntensityConfig = field(default_factory=IntensityConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    coarse: StageConfig = field(default_factory=_coarse_default)
+    fine: StageConfig = field(default_factory=StageConfig)
+
+    def __post_init__(self) -> None:
+        if self.stages not in ("both", "coarse", "fine"):
+            raise ConfigError(f"stages: expected both, coarse or fine, got {self.stages!r}")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device: expected auto, cpu or cuda[:N], got {self.device!r}")

@@ -1,0 +1,57 @@
+"""Typed config loading: defaults, nested sections, unknown keys, wrong types, overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from segpipe.config import TrainConfig, apply_overrides, from_dict, load_yaml, to_dict
+from segpipe.errors import ConfigError
+
+
+def test_defaults_round_trip_through_dict() -> None:
+    cfg = TrainConfig()
+    assert from_dict(TrainConfig, to_dict(cfg)) == cfg
+    assert cfg.fine.patch_xyz == (96, 96, 96) and cfg.coarse.network.base_width == 8
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"fine": {"bogus": 1}}, "unknown config key fine.bogus"),
+        ({"fine": {"patch_xyz": [60, 64, 64]}}, "fine.patch_xyz: expected multiples of 8"),
+        ({"fine": {"network": {"depth": 9}}}, "fine.network.depth: expected 1..6"),
+        ({"fine": {"batch_size": "two"}}, "fine.batch_size: expected an integer"),
+        ({"fine": {"amp": "yes"}}, "fine.amp: expected true or false"),
+        ({"fine": {"patch_xyz": [64, 64]}}, "fine.patch_xyz: expected 3 values"),
+        ({"spacing": {"fine_mm": [0, 1, 1]}}, "spacing.fine_mm: expected three positive numbers"),
+        ({"optim": {"optimizer": "lion"}}, "optim.optimizer: expected adamw, adam or sgd"),
+        ({"stages": "all"}, "stages: expected both, coarse or fine"),
+    ],
+)
+def test_errors_name_the_key(data: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        from_dict(TrainConfig, data)
+    assert str(info.value).startswith(message)
+
+
+def test_yaml_loading_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("seed: 3\nfine:\n  patch_xyz: [64, 64, 48]\n  network: {base_width: 8}\n")
+    cfg = load_yaml(path, TrainConfig)
+    assert cfg.seed == 3 and cfg.fine.patch_xyz == (64, 64, 48) and cfg.fine.network.base_width == 8
+    cfg2 = apply_overrides(cfg, ["fine.batch_size=4", "optim.schedule=cosine"])
+    assert cfg2.fine.batch_size == 4 and cfg2.optim.schedule == "cosine" and cfg2.seed == 3
+    with pytest.raises(ConfigError, match="unknown config key fine.nope"):
+        apply_overrides(cfg, ["fine.nope=1"])
+    with pytest.raises(ConfigError, match="expected key=value"):
+        apply_overrides(cfg, ["fine.batch_size"])
+    (tmp_path / "bad.yaml").write_text("seed: [1,\n")
+    with pytest.raises(ConfigError, match="invalid YAML at line"):
+        load_yaml(tmp_path / "bad.yaml", TrainConfig)
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_yaml(tmp_path / "list.yaml", TrainConfig)
+    with pytest.raises(ConfigError, match="not found"):
+        load_yaml(tmp_path / "missing.yaml", TrainConfig)
