@@ -1,0 +1,88 @@
+"""Device choice and mixed precision, the same way for training and inference.
+
+AMP means fp16 autocast + a :class:`torch.amp.GradScaler` on CUDA, and bf16 autocast (no scaler:
+bf16 has fp32's exponent range) on the CPU. Callers never branch on the device themselves::
+
+    device = resolve_device("auto")
+    scaler = make_grad_scaler(device, enabled=amp)
+    with autocast(device, enabled=amp):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from segpipe.errors import ConfigError
+
+__all__ = ["resolve_device", "amp_dtype", "autocast", "make_grad_scaler"]
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """Turn ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` into a :class:`torch.device`.
+
+    ``auto`` picks CUDA when it is available, else the CPU. Asking for CUDA on a machine without
+    it raises :class:`ConfigError` instead of failing later inside torch.
+    """
+    if isinstance(device, torch.device):
+        text = str(device)
+    elif isinstance(device, str):
+        text = device.strip().lower()
+    else:
+        raise ConfigError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+    if text == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if text == "cpu":
+        return torch.device("cpu")
+    if text == "cuda" or text.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device: expected a machine with CUDA for {text!r}, got none (use 'auto' or 'cpu')")
+        try:
+            resolved = torch.device(text)
+        except RuntimeError as err:
+            raise ConfigError(f"device: expected 'cuda' or 'cuda:N', got {text!r}") from err
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"device: expected a CUDA index below {torch.cuda.device_count()}, got {resolved.index}"
+            )
+        return resolved
+    raise ConfigError(f"device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
+def amp_dtype(device: str | torch.device) -> torch.dtype:
+    """The autocast dtype for ``device``: float16 on CUDA, bfloat16 elsewhere (CPU)."""
+    return torch.float16 if torch.device(device).type == "cuda" else torch.bfloat16
+
+
+def autocast(device: str | torch.device, enabled: bool = True) -> contextlib.AbstractContextManager[Any]:
+    """Autocast context for ``device``: fp16 on CUDA, bf16 on the CPU; a no-op when not enabled.
+
+    Example:
+        >>> import torch
+        >>> with autocast("cpu"):
+        ...     y = torch.nn.functional.linear(torch.ones(1, 2), torch.ones(3, 2))
+        >>> y.dtype
+        torch.bfloat16
+    """
+    if not enabled:
+        return contextlib.nullcontext()
+    device = torch.device(device)
+    return torch.autocast(device_type=device.type, dtype=amp_dtype(device))
+
+
+def make_grad_scaler(device: str | torch.device, enabled: bool = True) -> torch.amp.GradScaler:
+    """A GradScaler that is active only for AMP on CUDA (fp16); disabled (a pass-through) otherwise.
+
+    A disabled scaler's ``scale(loss)`` returns ``loss``, ``step(opt)`` calls ``opt.step()`` and
+    ``update()`` does nothing, so the training loop is the same on every device.
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and enabled:
+        return torch.amp.GradScaler("cuda", enabled=True)
+    return torch.amp.GradScaler(device.type if device.type == "cuda" else "cpu", enabled=False)
