@@ -40,6 +40,9 @@ __all__ = [
     "extract_patch",
     "foreground_points",
     "mirror_left_right",
+    "normalise_hu",
+    "PatchDataset",
+    "augment_patch",
     "preprocess_case",
     "sample_patch_center",
     "validate_cases",
@@ -436,3 +439,166 @@ def mirror_left_right(image_zyx: np.ndarray, label_zyx: np.ndarray) -> tuple[np.
     flipped = label_zyx[..., ::-1]
     label = np.where(flipped == 1, 2, np.where(flipped == 2, 1, flipped)).astype(label_zyx.dtype)
     return image, label
+
+
+def normalise_hu(array: np.ndarray, window_hu: tuple[float, float]) -> np.ndarray:
+    """Clip HU to ``window_hu`` and scale linearly to [-1, 1] (float32). Fixed, never per scan."""
+    lo, hi = window_hu
+    out = np.clip(np.asarray(array, dtype=np.float32), lo, hi)
+    out -= (lo + hi) / 2.0
+    out /= (hi - lo) / 2.0
+    return out
+
+
+class PatchDataset:
+    """Random training patches from cached volumes, deterministic per (seed, epoch, index).
+
+    Each item is a dict with ``image`` (1, Z, Y, X) float32 normalised and ``label``
+    (Z, Y, X) int64. A share ``fg_fraction`` of patches is centred on a lung voxel; the rest is
+    uniform. With ``spacing_jitter`` > 0 the patch is cut from a region ``factor`` times larger
+    (or smaller) and resized: multi-scale training. Augmentation (see
+    :class:`segpipe.config.AugmentConfig`) never swaps sides without swapping labels.
+
+    Args:
+        volumes: cached volumes to sample from (coarse volumes, or fine lung crops).
+        patch_xyz: patch size in voxels (x, y, z).
+        length: items per epoch (``steps * batch * accumulation``).
+        window_hu: intensity window for :func:`normalise_hu`.
+        fg_fraction: share of lung-centred patches.
+        augment: augmentation settings, or ``None`` for none (validation).
+        spacing_jitter: multi-scale factor range, 0 for none.
+        seed: base seed.
+    """
+
+    def __init__(
+        self,
+        volumes: list[CachedVolume],
+        patch_xyz: tuple[int, int, int],
+        length: int,
+        window_hu: tuple[float, float],
+        fg_fraction: float = 0.5,
+        augment: object | None = None,
+        spacing_jitter: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        if not volumes:
+            raise DatasetError("no training volumes to sample patches from")
+        self.volumes = volumes
+        self.patch_zyx = tuple(reversed(patch_xyz))
+        self.length = int(length)
+        self.window_hu = window_hu
+        self.fg_fraction = fg_fraction
+        self.augment = augment
+        self.spacing_jitter = spacing_jitter
+        self.seed = seed
+        self.epoch = 0
+        self._fg: dict[int, np.ndarray] = {}
+
+    def set_epoch(self, epoch: int) -> None:
+        """Patches depend on the epoch (call before each epoch, in every worker's copy)."""
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def _fg_points(self, i: int) -> np.ndarray:
+        if i not in self._fg:
+            _, label = self.volumes[i].load()
+            self._fg[i] = foreground_points(label, seed=self.seed + i)
+        return self._fg[i]
+
+    def __getitem__(self, index: int) -> dict:
+        import torch
+
+        rng = np.random.default_rng([self.seed, self.epoch, int(index)])
+        vi = int(rng.integers(len(self.volumes)))
+        image, label = self.volumes[vi].load()
+        factor = 1.0
+        if self.spacing_jitter > 0:
+            factor = float(rng.uniform(1 - self.spacing_jitter, 1 + self.spacing_jitter))
+        region = tuple(max(2, int(round(p * factor))) for p in self.patch_zyx)
+        fg = rng.random() < self.fg_fraction
+        center = sample_patch_center(image.shape, region, self._fg_points(vi), fg, rng)  # type: ignore[arg-type]
+        img = extract_patch(image, center, region, pad_value=-1024).astype(np.float32)  # type: ignore[arg-type]
+        lbl = extract_patch(label, center, region, pad_value=0)  # type: ignore[arg-type]
+        if region != self.patch_zyx:
+            img, lbl = _resize_pair(img, lbl, self.patch_zyx)  # type: ignore[arg-type]
+        if self.augment is not None:
+            spacing_zyx = tuple(s * factor for s in reversed(self.volumes[vi].spacing_xyz))
+            img, lbl = augment_patch(img, lbl, self.augment, rng, spacing_zyx)  # type: ignore[arg-type]
+        return {
+            "image": torch.from_numpy(normalise_hu(img, self.window_hu)[None]),
+            "label": torch.from_numpy(np.ascontiguousarray(lbl).astype(np.int64)),
+        }
+
+
+def _resize_pair(img: np.ndarray, lbl: np.ndarray, size_zyx: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    import torch
+    import torch.nn.functional as F
+
+    t = torch.from_numpy(np.ascontiguousarray(img))[None, None]
+    img = F.interpolate(t, size=size_zyx, mode="trilinear", align_corners=False)[0, 0].numpy()
+    t = torch.from_numpy(np.ascontiguousarray(lbl))[None, None].float()
+    lbl = F.interpolate(t, size=size_zyx, mode="nearest")[0, 0].numpy().astype(np.uint8)
+    return img, lbl
+
+
+def augment_patch(
+    img: np.ndarray,
+    lbl: np.ndarray,
+    cfg: object,
+    rng: np.random.Generator,
+    spacing_zyx: tuple[float, float, float] = (1.0, 1.0, 1.0),
+) -> tuple[np.ndarray, np.ndarray]:
+    """Spatial (rotation, scale, optional elastic; MONAI) and intensity (shift, scale, noise,
+    blur) augmentation of one HU patch and its labels, each applied with ``cfg.probability``.
+    Left-right mirroring (``cfg.mirror``) goes through :func:`mirror_left_right`."""
+    from scipy import ndimage as ndi
+
+    p = cfg.probability  # type: ignore[attr-defined]
+    if cfg.mirror and rng.random() < 0.5:  # type: ignore[attr-defined]
+        img, lbl = mirror_left_right(img, lbl)
+    spatial_on = rng.random() < p and (cfg.rotate_deg > 0 or cfg.scale != (1.0, 1.0))  # type: ignore[attr-defined]
+    if spatial_on or (cfg.elastic and rng.random() < p):  # type: ignore[attr-defined]
+        img, lbl = _monai_spatial(img, lbl, cfg, int(rng.integers(2**31)), spatial_on)
+    if rng.random() < p and cfg.intensity_scale > 0:  # type: ignore[attr-defined]
+        # scale around water so air stays near air: a contrast change, not an offset
+        img = (img + 1000.0) * float(rng.uniform(1 - cfg.intensity_scale, 1 + cfg.intensity_scale)) - 1000.0  # type: ignore[attr-defined]
+    if rng.random() < p and cfg.intensity_shift_hu > 0:  # type: ignore[attr-defined]
+        img = img + float(rng.uniform(-cfg.intensity_shift_hu, cfg.intensity_shift_hu))  # type: ignore[attr-defined]
+    if rng.random() < p and cfg.blur_sigma_mm > 0:  # type: ignore[attr-defined]
+        sigma_mm = float(rng.uniform(0.2, 1.0)) * cfg.blur_sigma_mm  # type: ignore[attr-defined]
+        img = ndi.gaussian_filter(img, [sigma_mm / s for s in spacing_zyx])
+    if rng.random() < p and cfg.noise_hu > 0:  # type: ignore[attr-defined]
+        sigma = float(rng.uniform(0, cfg.noise_hu))  # type: ignore[attr-defined]
+        img = img + rng.normal(0.0, sigma, img.shape).astype(np.float32)
+    return img.astype(np.float32, copy=False), lbl
+
+
+def _monai_spatial(
+    img: np.ndarray, lbl: np.ndarray, cfg: object, seed: int, affine_on: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    import torch
+    from monai.transforms import Rand3DElasticd, RandAffined
+
+    data = {"image": torch.from_numpy(np.ascontiguousarray(img))[None], "label": torch.from_numpy(np.ascontiguousarray(lbl))[None]}
+    rot = np.deg2rad(cfg.rotate_deg)  # type: ignore[attr-defined]
+    lo, hi = cfg.scale  # type: ignore[attr-defined]
+    if affine_on:
+        t = RandAffined(
+            keys=("image", "label"), prob=1.0, rotate_range=(rot, rot, rot),
+            scale_range=((lo - 1, hi - 1),) * 3, mode=("bilinear", "nearest"),
+            padding_mode=("border", "zeros"), cache_grid=False,
+        )
+        t.set_random_state(seed=seed)
+        data = t(data)
+    if cfg.elastic:  # type: ignore[attr-defined]
+        e = Rand3DElasticd(
+            keys=("image", "label"), sigma_range=(6, 9), magnitude_range=(50, 150), prob=1.0,
+            mode=("bilinear", "nearest"), padding_mode=("border", "zeros"),
+        )
+        e.set_random_state(seed=seed + 1)
+        data = e(data)
+    img_out = np.asarray(data["image"][0], dtype=np.float32)
+    lbl_out = np.asarray(data["label"][0]).astype(np.uint8)
+    return img_out, lbl_out

@@ -18,7 +18,7 @@ import SimpleITK as sitk
 
 from segpipe.errors import GeometryError, InputError, OutputError
 
-__all__ = ["qc_picture"]
+__all__ = ["qc_picture", "training_curves"]
 
 #: Display window in HU (lung + soft tissue + bone all visible).
 QC_WINDOW_HU = (-1350.0, 150.0)
@@ -190,3 +190,41 @@ def _atomic_savefig(fig: object, out: Path, dpi: int) -> None:
         except OSError:
             pass
         raise
+
+
+def training_curves(metrics_path: str | Path, path: str | Path, *, dpi: int = 100) -> Path:
+    """Plot loss and validation Dice per epoch (one column per stage) from a ``metrics.jsonl``
+    written by the trainer; atomic PNG write."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    stages = [s for s in ("coarse", "fine") if any(r.get("stage") == s for r in rows)]
+    out = Path(path)
+    with plt.style.context("dark_background"):  # matches the QC pictures (saved on black)
+        fig, axes = plt.subplots(2, max(1, len(stages)), figsize=(5 * max(1, len(stages)), 6), squeeze=False)
+    for col, stage in enumerate(stages):
+        rs = [r for r in rows if r.get("stage") == stage]
+        epochs = [r["epoch"] for r in rs]
+        ax = axes[0][col]
+        ax.plot(epochs, [r["loss"] for r in rs], marker="o", color="white")
+        ax.set_title(f"{stage} stage: training loss (Dice + CE)")
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax = axes[1][col]
+        for key, colour, name in (("dice_right", "tab:red", "right lung"), ("dice_left", "tab:blue", "left lung")):
+            if any(key in r for r in rs):
+                ax.plot(epochs, [r.get(key, float("nan")) for r in rs], marker="o", color=colour, label=name)
+        ax.set_title(f"{stage} stage: validation Dice")
+        ax.set_xlabel("epoch")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right")
+    fig.tight_layout()
+    _atomic_savefig(fig, out, dpi)
+    plt.close(fig)
+    return out
