@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from segpipe._version import __version__
 from segpipe.errors import SegpipeError
@@ -315,7 +316,85 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-_REGISTRARS = [_add_synth, _add_memory, _add_plan, _add_info, _add_convert]
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train the coarse localiser and the fine lung segmenter into one model file",
+        description=(
+            "Train segpipe's two stages on a dataset (Decathlon dataset.json, nnU-Net v2 raw layout, or "
+            "images/ + labels/ folders; labels 0 background, 1 right lung, 2 left lung). Without --data it "
+            "trains on the bundled data_samples/train_96 phantoms. Writes checkpoints, metrics.jsonl, "
+            "curves.png and model.pt into --out. Multi-process: --nproc N (one machine) or launch with torchrun."
+        ),
+    )
+    p.add_argument("--config", metavar="YAML", help="training config (see configs/); defaults apply to missing keys")
+    p.add_argument("--data", metavar="DIR", help="dataset folder (default: data_samples/train_96)")
+    p.add_argument("--out", metavar="RUN_DIR", help="run folder (default: runs/<date-time>)")
+    p.add_argument("--stage", choices=("both", "coarse", "fine"), help="stages to train (default: the config's, both)")
+    p.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoints")
+    p.add_argument("--gpu-memory", metavar="SIZE", help="plan the fine stage for this GPU budget first (e.g. 8GiB)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="training device (default: the config's, auto)")
+    p.add_argument("--nproc", type=_positive_int, default=1, help="processes on this machine (wraps torchrun)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config value, e.g. --set fine.epochs=5 (repeatable)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    def run(args: argparse.Namespace) -> int:
+        import dataclasses
+        import os
+        import time
+
+        from segpipe.config import TrainConfig, apply_overrides, load_yaml
+
+        cfg = load_yaml(args.config, TrainConfig) if args.config else TrainConfig()
+        cfg = apply_overrides(cfg, args.overrides)
+        if args.stage:
+            cfg = dataclasses.replace(cfg, stages=args.stage)
+        if args.device:
+            cfg = dataclasses.replace(cfg, device=args.device)
+        out = Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+        if args.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+            return _relaunch_with_torchrun(args.nproc, out)
+        from segpipe import train as train_mod
+
+        if args.gpu_memory:
+            cfg, plan = train_mod.apply_memory_plan(cfg, args.gpu_memory)
+            print(plan.describe())
+        result = train_mod.train(cfg, data_dir=args.data, run_dir=out, resume=args.resume, progress=not args.quiet)
+        if int(os.environ.get("RANK", "0")) == 0:
+            for stage, best in result.best.items():
+                scores = ", ".join(f"{k} {v:.4f}" for k, v in best.items() if k.startswith("dice"))
+                print(f"{stage}: best epoch {best.get('epoch', '-')}: {scores}")
+            print(f"model: {result.model_path}" if result.model_path else f"run folder: {out} (no model.pt yet)")
+        return 0
+
+    p.set_defaults(handler=run)
+
+
+def _relaunch_with_torchrun(nproc: int, out: Path) -> int:
+    """Run this same command under ``torchrun --standalone --nproc_per_node N`` (one machine)."""
+    import subprocess
+
+    argv = sys.argv[1:]
+    cleaned: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--nproc":
+            skip = True
+            continue
+        if a.startswith("--nproc="):
+            continue
+        cleaned.append(a)
+    if "--out" not in cleaned and not any(a.startswith("--out=") for a in cleaned):
+        cleaned += ["--out", str(out)]  # every process must write to the same folder
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "segpipe", *cleaned]
+    return subprocess.call(cmd)
+
+
+_REGISTRARS = [_add_synth, _add_memory, _add_plan, _add_train, _add_info, _add_convert]
 
 
 def _setup_logging(debug: bool) -> None:

@@ -37,7 +37,17 @@ from segpipe import data as data_mod
 from segpipe.config import StageConfig, TrainConfig, from_dict, to_dict
 from segpipe.errors import ConfigError, SegpipeError
 
-__all__ = ["TrainingError", "TrainResult", "train", "prepare_data", "split_cases", "EpochShardSampler"]
+__all__ = [
+    "TrainingError",
+    "TrainResult",
+    "train",
+    "train_stage",
+    "prepare_data",
+    "split_cases",
+    "EpochShardSampler",
+    "apply_memory_plan",
+    "lr_factor",
+]
 
 log = logging.getLogger("segpipe")
 
@@ -84,6 +94,13 @@ def _init_distributed(device_type: str) -> _Dist:
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
     return _Dist(rank=dist.get_rank(), world=dist.get_world_size(), local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def _barrier(dist_info: _Dist) -> None:
+    if dist_info.enabled:
+        import torch.distributed as dist
+
+        dist.barrier()
 
 
 def _all_true(flag: bool, dist_info: _Dist, device: Any) -> bool:
@@ -451,10 +468,7 @@ def train_stage(
                 stage_name, epoch + 1, stage.epochs, row["loss"], scores.get("dice_right", float("nan")),
                 scores.get("dice_left", float("nan")), row["step_time_s"],
             )
-        if dist_info.enabled:
-            import torch.distributed as dist
-
-            dist.barrier()
+        _barrier(dist_info)
     best_state = model.state_dict()
     if best_path.is_file():
         best_state = torch.load(best_path, map_location="cpu", weights_only=True)["model"]
@@ -505,6 +519,9 @@ def train(
 
     from segpipe.modelfile import save_model
 
+    from segpipe.device import resolve_device
+
+    dist_info = _init_distributed(resolve_device(cfg.device).type)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "config.yaml"
@@ -513,13 +530,17 @@ def train(
         previous = yaml.safe_load(config_path.read_text())
         if from_dict(TrainConfig, previous) != cfg:
             raise ConfigError(f"--resume: {config_path} differs from the given config; resume with the same settings")
-    tmp = config_path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
-    tmp.replace(config_path)
-    if not resume:
-        (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     cache_dir = Path(cfg.data.cache_dir) if cfg.data.cache_dir else run_dir / "cache"
-    train_cases, val_cases, summary = prepare_data(cfg, data_dir, cache_dir, progress=progress)
+    if dist_info.main:
+        tmp = config_path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
+        tmp.replace(config_path)
+        if not resume:
+            (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+        train_cases, val_cases, summary = prepare_data(cfg, data_dir, cache_dir, progress=progress)
+    _barrier(dist_info)
+    if not dist_info.main:  # the cache is built by now: every other rank only reads it
+        train_cases, val_cases, summary = prepare_data(cfg, data_dir, cache_dir, progress=False)
     stages = ("coarse", "fine") if cfg.stages == "both" else (cfg.stages,)
     results: dict[str, dict[str, Any]] = {}
     for stage_name in stages:
@@ -533,7 +554,7 @@ def train(
     history = [row for r in results.values() for row in r["history"]]
     best = {k: r["best"] for k, r in results.items()}
     model_path = None
-    if int(os.environ.get("RANK", "0")) == 0:
+    if dist_info.main:
         weights, headers = {}, {}
         for stage_name in ("coarse", "fine"):
             if stage_name in results:
@@ -564,3 +585,22 @@ def train(
         else:
             log.warning("model.pt not written: it needs both stages; train the other stage into %s", run_dir)
     return TrainResult(run_dir, model_path, best, history)
+
+
+def apply_memory_plan(cfg: TrainConfig, gpu_memory: str) -> tuple[TrainConfig, Any]:
+    """Run :func:`segpipe.memory.plan_training` for the fine stage and put its patch, batch,
+    accumulation, checkpointing and AMP choice into ``cfg``; returns (new config, plan)."""
+    from segpipe.memory import plan_training
+
+    plan = plan_training(
+        gpu_memory, cfg.fine.network, spacing_mm=cfg.spacing.fine_mm, amp=True, optimizer=cfg.optim.optimizer
+    )
+    fine = dataclasses.replace(
+        cfg.fine,
+        network=dataclasses.replace(cfg.fine.network, checkpointing=plan.checkpointing),
+        patch_xyz=tuple(plan.patch_size),  # type: ignore[arg-type]
+        batch_size=plan.batch_size,
+        accumulation=plan.accumulation_steps,
+        amp=plan.amp,
+    )
+    return dataclasses.replace(cfg, fine=fine), plan

@@ -1,0 +1,184 @@
+"""Training: exact resume, reproducibility, non-finite steps, flat memory, DDP, model file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from segpipe import modelfile, train
+from segpipe.config import TrainConfig, from_dict
+from segpipe.errors import ModelError
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "data_samples" / "train_96"
+
+
+def tiny_config(cache_dir: Path, **over: object) -> TrainConfig:
+    stage = {
+        "network": {"base_width": 4, "max_width": 16, "blocks_per_stage": 1},
+        "patch_xyz": [32, 32, 32],
+        "batch_size": 2,
+        "epochs": 3,
+        "steps_per_epoch": 2,
+        "amp": False,
+    }
+    data = {
+        "seed": 0,
+        "device": "cpu",
+        "stages": "coarse",
+        "data": {"num_workers": 0, "val_fraction": 0.34, "cache_dir": str(cache_dir)},
+        "coarse": dict(stage),
+        "fine": dict(stage),
+        "optim": {"warmup_steps": 1},
+    }
+    for key, value in over.items():
+        section, _, name = key.partition("__")
+        if name:
+            data[section] = {**data[section], name: value}  # type: ignore[dict-item]
+        else:
+            data[key] = value
+    return from_dict(TrainConfig, data)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def _weights(run: Path, stage: str = "coarse") -> dict[str, torch.Tensor]:
+    return torch.load(run / f"{stage}_latest.pt", map_location="cpu", weights_only=True)["model"]
+
+
+def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path: Path, cache_dir: Path) -> None:
+    cfg = tiny_config(cache_dir)
+    train.train(cfg, data_dir=SAMPLES, run_dir=tmp_path / "straight", progress=False)
+    train.train(cfg, data_dir=SAMPLES, run_dir=tmp_path / "again", progress=False)
+    train.train(cfg, data_dir=SAMPLES, run_dir=tmp_path / "split", progress=False, max_epochs=1)
+    train.train(cfg, data_dir=SAMPLES, run_dir=tmp_path / "split", progress=False, resume=True)
+    a, b, c = _weights(tmp_path / "straight"), _weights(tmp_path / "again"), _weights(tmp_path / "split")
+    for name in a:
+        assert torch.equal(a[name], b[name]), f"seeded runs differ at {name}"
+        assert torch.equal(a[name], c[name]), f"resumed run differs at {name}"
+    rows = [json.loads(x) for x in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1, 2, 3]
+    straight = [json.loads(x) for x in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in rows] == [r["loss"] for r in straight]
+    assert (tmp_path / "straight" / "curves.png").stat().st_size > 1000
+
+
+def test_resume_refuses_a_changed_config(tmp_path: Path, cache_dir: Path) -> None:
+    cfg = tiny_config(cache_dir)
+    train.train(cfg, data_dir=SAMPLES, run_dir=tmp_path, progress=False, max_epochs=1)
+    changed = tiny_config(cache_dir, coarse__lr=0.01)
+    with pytest.raises(Exception, match="resume"):
+        train.train(changed, data_dir=SAMPLES, run_dir=tmp_path, progress=False, resume=True)
+
+
+def test_nonfinite_losses_are_skipped_then_stop_training(tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from monai.losses import DiceCELoss
+
+    real = DiceCELoss.forward
+    calls = {"n": 0}
+
+    def every_other_nan(self, pred, target):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        loss = real(self, pred, target)
+        return loss * float("nan") if calls["n"] % 2 == 0 else loss
+
+    monkeypatch.setattr(DiceCELoss, "forward", every_other_nan)
+    cfg = tiny_config(cache_dir, optim={"warmup_steps": 1, "max_nonfinite": 3})
+    result = train.train(cfg, data_dir=SAMPLES, run_dir=tmp_path / "some", progress=False)
+    assert sum(r["nonfinite_skipped"] for r in result.history) >= 2
+    assert all(torch.isfinite(t).all() for t in _weights(tmp_path / "some").values())
+
+    monkeypatch.setattr(DiceCELoss, "forward", lambda self, p, t: real(self, p, t) * float("inf"))
+    with pytest.raises(train.TrainingError, match="3 non-finite losses or gradients in a row"):
+        train.train(cfg, data_dir=SAMPLES, run_dir=tmp_path / "all", progress=False)
+
+
+def test_memory_is_flat_across_iterations(tmp_path: Path, cache_dir: Path) -> None:
+    cfg = tiny_config(cache_dir, coarse__epochs=5, coarse__steps_per_epoch=3)
+    result = train.train(cfg, data_dir=SAMPLES, run_dir=tmp_path, progress=False)
+    saved = [r["peak_saved_bytes"] for r in result.history]
+    assert len(set(saved)) == 1 and saved[0] > 0  # no graph kept across steps
+    rss = [r["peak_rss_bytes"] for r in result.history]
+    assert rss[-1] - rss[1] < 64 * 2**20  # no growth beyond allocator noise after warm-up
+
+
+def test_lr_schedule() -> None:
+    assert train.lr_factor(0, 100, 10, "poly") == pytest.approx(0.1)
+    assert train.lr_factor(9, 100, 10, "poly") == pytest.approx(1.0)
+    assert train.lr_factor(10, 100, 10, "poly") == pytest.approx(1.0)
+    assert train.lr_factor(100, 100, 10, "poly") == pytest.approx(0.0)
+    assert train.lr_factor(55, 100, 10, "cosine") == pytest.approx(0.5)
+    assert train.lr_factor(80, 100, 0, "constant") == 1.0
+
+
+def test_split_is_deterministic_and_keeps_both_sides() -> None:
+    names = [f"c{i}" for i in range(10)]
+    tr, va = train.split_cases(names, 0.2, seed=1)
+    assert len(va) == 2 and sorted(tr + va) == sorted(names)
+    assert train.split_cases(names, 0.2, seed=1) == (tr, va)
+    assert train.split_cases(["a"], 0.5, seed=0) == (["a"], [])
+
+
+def test_gpu_memory_plan_goes_into_the_fine_stage(cache_dir: Path) -> None:
+    cfg, plan = train.apply_memory_plan(tiny_config(cache_dir), "4GiB")
+    assert cfg.fine.patch_xyz == tuple(plan.patch_size)
+    assert cfg.fine.batch_size == plan.batch_size and cfg.fine.accumulation == plan.accumulation_steps
+    assert cfg.fine.network.checkpointing == plan.checkpointing
+
+
+def test_two_process_ddp_on_cpu_trains_and_saves_one_model(tmp_path: Path, cache_dir: Path) -> None:
+    import yaml
+
+    from segpipe.config import to_dict
+
+    cfg = tiny_config(cache_dir, stages="both", coarse__epochs=1, fine__epochs=1, coarse__batch_size=1, fine__batch_size=1)
+    path = tmp_path / "ddp.yaml"
+    path.write_text(yaml.safe_dump(to_dict(cfg)))
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "segpipe", "train", "--config", str(path), "--data", str(SAMPLES),
+         "--out", str(out), "--nproc", "2", "--quiet"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("model: ") == 1  # rank 0 alone reports and saves
+    header, weights = modelfile.load_model(out / "model.pt")
+    assert header["coarse"]["network"]["base_width"] == 4 and set(weights) == {"coarse", "fine"}
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["stage"], r["epoch"]) for r in rows] == [("coarse", 1), ("fine", 1)]
+
+
+# ----------------------------------------------------------------------------- model file
+def test_model_file_round_trip_and_bad_files(tmp_path: Path) -> None:
+    w = {"coarse": {"a": torch.ones(2)}, "fine": {"b": torch.zeros(3)}}
+    path = modelfile.save_model(tmp_path / "m.pt", {"labels": {"1": "right_lung"}}, w)
+    header, weights = modelfile.load_model(path)
+    assert header["labels"] == {"1": "right_lung"} and header["format_version"] == modelfile.FORMAT_VERSION
+    assert torch.equal(weights["fine"]["b"], torch.zeros(3))
+    with pytest.raises(ModelError, match="not found"):
+        modelfile.load_model(tmp_path / "missing.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a torch file at all")
+    with pytest.raises(ModelError, match="corrupt"):
+        modelfile.load_model(tmp_path / "junk.pt")
+    raw = path.read_bytes()
+    (tmp_path / "cut.pt").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ModelError, match="corrupt"):
+        modelfile.load_model(tmp_path / "cut.pt")
+    torch.save({"state": torch.ones(1)}, tmp_path / "other.pt")
+    with pytest.raises(ModelError, match="not a segpipe model"):
+        modelfile.load_model(tmp_path / "other.pt")
+    payload = torch.load(path, weights_only=True)
+    payload["format_version"] = 99
+    torch.save(payload, tmp_path / "future.pt")
+    with pytest.raises(ModelError, match="format version 99 is not supported"):
+        modelfile.load_model(tmp_path / "future.pt")
+    with pytest.raises(ModelError, match="both stages"):
+        modelfile.save_model(tmp_path / "half.pt", {}, {"coarse": {}})
