@@ -40,16 +40,23 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class SpacingConfig:
-    """Target spacings of the two stages, in mm (x, y, z)."""
+    """Target spacings of the two stages, in mm (x, y, z).
+
+    ``coarse_size_xyz`` switches the coarse stage from a fixed spacing to a fixed size: the
+    whole scan is resampled to that many voxels (spacing then varies with the field of view).
+    """
 
     coarse_mm: tuple[float, float, float] = (4.0, 4.0, 4.0)
     fine_mm: tuple[float, float, float] = (1.5, 1.5, 1.5)
+    coarse_size_xyz: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
         for name in ("coarse_mm", "fine_mm"):
             value = getattr(self, name)
             if len(value) != 3 or any(v <= 0 for v in value):
                 raise ConfigError(f"spacing.{name}: expected three positive numbers (mm), got {list(value)}")
+        if self.coarse_size_xyz is not None and any(v < 8 for v in self.coarse_size_xyz):
+            raise ConfigError(f"spacing.coarse_size_xyz: expected three sizes >= 8 voxels, got {list(self.coarse_size_xyz)}")
 
 
 @dataclass(frozen=True)
@@ -426,3 +433,9 @@ class TrainConfig:
             raise ConfigError(f"stages: expected both, coarse or fine, got {self.stages!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device: expected auto, cpu or cuda[:N], got {self.device!r}")
+        size = self.spacing.coarse_size_xyz
+        if size is not None and tuple(size) != tuple(self.coarse.patch_xyz):
+            raise ConfigError(
+                f"spacing.coarse_size_xyz: the fixed-size coarse mode trains on whole volumes, so coarse.patch_xyz "
+                f"must equal it; expected {list(size)}, got {list(self.coarse.patch_xyz)}"
+            )

@@ -290,11 +290,14 @@ def preprocess_case(
     coarse_spacing_mm: tuple[float, float, float],
     fine_spacing_mm: tuple[float, float, float],
     margin_mm: float,
+    coarse_size_xyz: tuple[int, int, int] | None = None,
 ) -> CachedCase:
     """Preprocess one case into ``folder`` (see :func:`build_cache`)."""
     image, _ = spatial.to_canonical(io.read_image(case.image))
     label, _ = spatial.to_canonical(io.read_image(case.label))
     label = sitk.Cast(label, sitk.sitkUInt8)
+    if coarse_size_xyz is not None:
+        coarse_spacing_mm = spatial.spacing_for_size(image, coarse_size_xyz)
     coarse = _save_volume(
         folder, f"{case.name}_coarse",
         spatial.resample_image(image, coarse_spacing_mm),
@@ -323,11 +326,13 @@ def build_cache(
     coarse_spacing_mm: tuple[float, float, float] = (4.0, 4.0, 4.0),
     fine_spacing_mm: tuple[float, float, float] = (1.5, 1.5, 1.5),
     margin_mm: float = 12.0,
+    coarse_size_xyz: tuple[int, int, int] | None = None,
     progress: bool = False,
 ) -> list[CachedCase]:
     """Preprocess ``cases`` once into ``cache_dir/<key>/`` and return them.
 
-    Each case becomes a coarse volume (whole scan at ``coarse_spacing_mm``) and one crop per
+    Each case becomes a coarse volume (whole scan at ``coarse_spacing_mm``, or resampled to
+    ``coarse_size_xyz`` voxels when that is given) and one crop per
     lung (the lung's box plus ``margin_mm``, at ``fine_spacing_mm``), reoriented to LPS and
     stored as ``.npy`` (int16 HU, uint8 labels) for memory-mapped reading. The key hashes the
     settings and each file's path, size and modification time: an unchanged dataset reuses
@@ -339,6 +344,7 @@ def build_cache(
         "coarse_spacing_mm": list(coarse_spacing_mm),
         "fine_spacing_mm": list(fine_spacing_mm),
         "margin_mm": margin_mm,
+        "coarse_size_xyz": list(coarse_size_xyz) if coarse_size_xyz else None,
     }
     folder = Path(cache_dir) / _cache_key(cases, settings)
     folder.mkdir(parents=True, exist_ok=True)
@@ -361,7 +367,8 @@ def build_cache(
             out.append(_case_from_json(folder, case.name, entry))
             continue
         cached = preprocess_case(
-            case, folder, coarse_spacing_mm=coarse_spacing_mm, fine_spacing_mm=fine_spacing_mm, margin_mm=margin_mm
+            case, folder, coarse_spacing_mm=coarse_spacing_mm, fine_spacing_mm=fine_spacing_mm, margin_mm=margin_mm,
+            coarse_size_xyz=coarse_size_xyz,
         )
         done[case.name] = {"coarse": cached.coarse.to_json(), "fine": {k: v.to_json() for k, v in cached.fine.items()}}
         tmp = manifest_path.with_suffix(".tmp")

@@ -38,6 +38,7 @@ __all__ = [
     "resample_label",
     "resample_to_spacing",
     "resample_to_reference",
+    "spacing_for_size",
     "box_from_mask",
     "crop_to_box",
     "paste",
@@ -180,6 +181,12 @@ def resample_to_spacing(
         default_value,
         image.GetPixelID() if output_pixel_type is None else output_pixel_type,
     )
+
+
+def spacing_for_size(image: sitk.Image, size_xyz: tuple[int, int, int]) -> tuple[float, float, float]:
+    """The spacing (mm) that covers ``image``'s field of view with ``size_xyz`` voxels."""
+    extent = np.asarray(image.GetSize()) * np.asarray(image.GetSpacing())
+    return tuple(float(e / n) for e, n in zip(extent, size_xyz))  # type: ignore[return-value]
 
 
 def resample_image(

@@ -174,6 +174,11 @@ def prepare_data(
     """Discover, validate and cache the dataset (plus ``cfg.data.extra_phantoms`` generated
     phantoms); return (train cases, validation cases, a summary for the model file)."""
     root = Path(data_dir) if data_dir is not None else DEFAULT_DATA
+    if data_dir is None and not root.is_dir():
+        raise data_mod.DatasetError(
+            f"no --data given and the bundled sample data ({root}) is not there (installed without the "
+            "source tree?); pass --data DIR"
+        )
     cases = data_mod.discover(root)
     if cfg.data.extra_phantoms:
         from segpipe import synthetic
@@ -190,7 +195,7 @@ def prepare_data(
     cached = data_mod.build_cache(
         cases, Path(cache_dir),
         coarse_spacing_mm=cfg.spacing.coarse_mm, fine_spacing_mm=cfg.spacing.fine_mm,
-        margin_mm=cfg.data.margin_mm, progress=progress,
+        margin_mm=cfg.data.margin_mm, coarse_size_xyz=cfg.spacing.coarse_size_xyz, progress=progress,
     )
     train_names, val_names = split_cases([c.name for c in cached], cfg.data.val_fraction, cfg.seed)
     train_cases = [c for c in cached if c.name in train_names]
@@ -382,7 +387,10 @@ def train_stage(
             from tqdm.auto import tqdm
 
             batches = tqdm(loader, desc=f"{stage_name} {epoch + 1}/{stage.epochs}", unit="batch", leave=False)
+        data_wait = 0.0
+        t_ready = time.perf_counter()
         for batch in batches:
+            data_wait += time.perf_counter() - t_ready
             x = batch["image"].to(device, non_blocking=True)
             y = batch["label"].to(device, non_blocking=True)[:, None]
             sync = pending + 1 == stage.accumulation
@@ -400,10 +408,12 @@ def train_stage(
                 optimizer.zero_grad(set_to_none=True)
                 pending = 0
                 _check_nonfinite(consecutive_bad, cfg.optim.max_nonfinite, stage_name, global_step)
+                t_ready = time.perf_counter()
                 continue
             losses.append(float(loss.item()))
             pending += 1
             if pending < stage.accumulation:
+                t_ready = time.perf_counter()
                 continue
             pending = 0
             scaler.unscale_(optimizer)
@@ -419,6 +429,7 @@ def train_stage(
             optimizer.zero_grad(set_to_none=True)
             global_step += 1
             _check_nonfinite(consecutive_bad, cfg.optim.max_nonfinite, stage_name, global_step)
+            t_ready = time.perf_counter()
         nonfinite_total += skipped
         epoch_time = time.perf_counter() - t_epoch
 
@@ -430,6 +441,7 @@ def train_stage(
                 "loss": float(np.mean(losses)) if losses else float("nan"),
                 "lr": float(optimizer.param_groups[0]["lr"]),
                 "step_time_s": epoch_time / max(1, len(losses)),
+                "data_wait_share": data_wait / max(epoch_time, 1e-9),
                 "nonfinite_skipped": skipped,
                 "peak_saved_bytes": peak.saved_bytes if peak else None,
                 "peak_rss_bytes": peak.peak_rss_bytes if peak else None,

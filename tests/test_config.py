@@ -28,6 +28,7 @@ def test_defaults_round_trip_through_dict() -> None:
         ({"spacing": {"fine_mm": [0, 1, 1]}}, "spacing.fine_mm: expected three positive numbers"),
         ({"optim": {"optimizer": "lion"}}, "optim.optimizer: expected adamw, adam or sgd"),
         ({"stages": "all"}, "stages: expected both, coarse or fine"),
+        ({"spacing": {"coarse_size_xyz": [64, 64, 64]}}, "spacing.coarse_size_xyz: the fixed-size coarse mode"),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:

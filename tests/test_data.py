@@ -208,3 +208,13 @@ def test_left_right_mirror_swaps_labels() -> None:
     assert mirrored_label[0, 0, 6] == 0
     # what was right lung is now at high x, where the left lung lies, and is called left
     assert ((label == 1) == (mirrored_label[..., ::-1] == 2)).all()
+
+
+def test_cache_fixed_size_coarse_mode(tmp_path: Path) -> None:
+    root = tmp_path / "msd"
+    _write_msd(root, n=1)
+    (cached,) = data.build_cache(data.discover(root), tmp_path / "cache", coarse_size_xyz=(8, 10, 12))
+    assert cached.coarse.shape_zyx == (12, 10, 8)
+    image = io.read_image(root / "imagesTr" / "lung_000.nii.gz")
+    expected = [n * s / m for n, s, m in zip(image.GetSize(), image.GetSpacing(), (8, 10, 12))]
+    assert cached.coarse.spacing_xyz == pytest.approx(expected)
