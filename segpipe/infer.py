@@ -1,0 +1,391 @@
+"""The cascade: :class:`LungSegmenter` turns a CT scan into a lung label map.
+
+Data flow (DESIGN.md): read -> canonical (LPS) -> coarse stage on the whole scan at the coarse
+spacing -> one box per lung in physical mm -> fine stage per lung (crop of the original image
+at the box, resampled to the fine spacing, MONAI sliding window with Gaussian blending) ->
+probabilities back onto the crop's region of the original grid, incremental argmax, both
+lungs combined -> postprocess -> original orientation -> exactly the input's geometry.
+
+Memory stays bounded: no full-scan float array at the fine spacing and no full-scan
+probability map is ever built; the largest arrays are the input itself, the uint8 output and
+one lung crop. The coarse network is released before the fine stage runs. On CUDA
+out-of-memory the fine stage retries with the accumulation buffer on the CPU and a window
+batch of 1, then entirely on the CPU, and the report says so.
+
+Example:
+    >>> seg = LungSegmenter.from_file("runs/x/model.pt")            # doctest: +SKIP
+    >>> mask = seg.predict("scan.nii.gz")                           # SimpleITK uint8 image
+    >>> report = seg.predict_file("scan.nii.gz", "scan_lungs.nii.gz")
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import SimpleITK as sitk
+
+from segpipe import io, spatial
+from segpipe._version import __version__
+from segpipe.config import NetworkConfig, StageConfig, from_dict
+from segpipe.errors import InputError, ModelError
+
+__all__ = ["LungSegmenter", "DEFAULT_MODEL", "Prediction"]
+
+log = logging.getLogger("segpipe")
+
+DEFAULT_MODEL = Path(__file__).resolve().parent / "weights" / "default.pt"
+_SIDES = (("right", 1), ("left", 2))
+
+
+@dataclass
+class Prediction:
+    """A label map with the input's geometry and the run's report (JSON-able dict)."""
+
+    label: sitk.Image
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def _peak_rss_bytes() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
+
+
+class LungSegmenter:
+    """Two-stage lung segmentation with a segpipe model file.
+
+    Args:
+        header: the model file's header (see :mod:`segpipe.modelfile`).
+        weights: ``{"coarse": state_dict, "fine": state_dict}``.
+        device: ``"auto"`` (CUDA when present), ``"cpu"`` or ``"cuda"``.
+        fast: no window overlap in the fine stage (about 2-3x fewer windows; slightly rougher
+            borders between windows).
+        sw_batch_size: windows per forward pass (default: the stage's training batch size).
+        progress: log each stage.
+    """
+
+    def __init__(
+        self,
+        header: dict[str, Any],
+        weights: dict[str, dict[str, Any]],
+        *,
+        device: str = "auto",
+        fast: bool = False,
+        sw_batch_size: int | None = None,
+        progress: bool = False,
+    ) -> None:
+        from segpipe.device import resolve_device
+
+        self.header = header
+        self.weights = weights
+        self.device = resolve_device(device)
+        self.fast = fast
+        self.sw_batch_size = sw_batch_size
+        self.progress = progress
+        try:
+            self.coarse_cfg = self._stage_config("coarse")
+            self.fine_cfg = self._stage_config("fine")
+            self.coarse_mm = tuple(header["spacing"]["coarse_mm"])
+            self.fine_mm = tuple(header["spacing"]["fine_mm"])
+            self.coarse_size = header["spacing"].get("coarse_size_xyz")
+            self.window_hu = tuple(header["intensity"]["window_hu"])
+            self.margin_mm = float(header.get("margin_mm", 12.0))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ModelError(f"the model file's header is incomplete or invalid ({err})") from err
+
+    def _stage_config(self, stage: str) -> StageConfig:
+        h = self.header[stage]
+        network = from_dict(NetworkConfig, {**h["network"], "checkpointing": "none"}, f"{stage}.network")
+        return StageConfig(
+            network=network, patch_xyz=tuple(h["patch_xyz"]), batch_size=int(h.get("batch_size", 2)),
+            amp=bool(h.get("amp", True)), overlap=float(h.get("overlap", 0.25)),
+        )
+
+    # ------------------------------------------------------------------------- constructors
+    @classmethod
+    def from_file(cls, path: str | Path, **kwargs: Any) -> LungSegmenter:
+        """Load a model file written by ``segpipe train``."""
+        from segpipe.modelfile import load_model
+
+        header, weights = load_model(path)
+        return cls(header, weights, **kwargs)
+
+    @classmethod
+    def default(cls, **kwargs: Any) -> LungSegmenter:
+        """The bundled default model (``segpipe/weights/default.pt``)."""
+        if not DEFAULT_MODEL.is_file():
+            raise ModelError(
+                f"the bundled default model is missing ({DEFAULT_MODEL}); train one with "
+                "'segpipe train --out RUN' and pass --model RUN/model.pt"
+            )
+        return cls.from_file(DEFAULT_MODEL, **kwargs)
+
+    # ------------------------------------------------------------------------- networks
+    def _network(self, stage: str, device: Any) -> Any:
+        from segpipe.network import build_network
+
+        cfg = self.coarse_cfg if stage == "coarse" else self.fine_cfg
+        net = build_network(cfg.network)
+        try:
+            net.load_state_dict(self.weights[stage])
+        except (RuntimeError, KeyError) as err:
+            raise ModelError(f"the model file's {stage} weights do not match its network settings") from err
+        return net.to(device).eval()
+
+    def _predict_probs(self, net: Any, array_zyx: np.ndarray, stage: StageConfig, device: Any, accumulate_on: Any, sw_batch: int, overlap: float) -> Any:
+        import torch
+        from monai.inferers import sliding_window_inference
+
+        from segpipe.data import normalise_hu
+        from segpipe.device import autocast
+
+        x = torch.from_numpy(normalise_hu(array_zyx, self.window_hu))[None, None].to(accumulate_on)
+        with torch.inference_mode(), autocast(device, stage.amp):
+            logits = sliding_window_inference(
+                x, roi_size=tuple(reversed(stage.patch_xyz)), sw_batch_size=sw_batch, predictor=net,
+                overlap=overlap, mode="gaussian", sw_device=device, device=accumulate_on,
+            )
+        return torch.softmax(logits.float(), dim=1)[0].cpu()
+
+    def _fine_with_fallback(self, array_zyx: np.ndarray, notes: list[str]) -> Any:
+        """Fine-stage probabilities (C, Z, Y, X) on the CPU, retrying after CUDA OOM."""
+        import torch
+
+        stage = self.fine_cfg
+        overlap = 0.0 if self.fast else stage.overlap
+        batch = self.sw_batch_size or stage.batch_size
+        attempts = [(self.device, self.device, batch)]
+        if self.device.type == "cuda":
+            attempts += [(self.device, torch.device("cpu"), 1), (torch.device("cpu"), torch.device("cpu"), 1)]
+        for i, (dev, acc, sw_batch) in enumerate(attempts):
+            net = self._fine_net if dev == self._fine_net_device else self._move_fine(dev)
+            try:
+                return self._predict_probs(net, array_zyx, stage, dev, acc, sw_batch, overlap)
+            except torch.cuda.OutOfMemoryError:
+                if i + 1 == len(attempts):
+                    raise
+                torch.cuda.empty_cache()
+                nxt = attempts[i + 1]
+                note = (
+                    f"CUDA out of memory in the fine stage; retried with the accumulation buffer on {nxt[1].type}, "
+                    f"window batch {nxt[2]}, windows on {nxt[0].type}"
+                )
+                notes.append(note)
+                log.warning(note)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _move_fine(self, device: Any) -> Any:
+        self._fine_net = self._fine_net.to(device)
+        self._fine_net_device = device
+        return self._fine_net
+
+    # ------------------------------------------------------------------------- the cascade
+    def _as_image(self, image: sitk.Image | str | Path | np.ndarray, spacing: tuple[float, float, float] | None, series_uid: str | None) -> sitk.Image:
+        if isinstance(image, (str, Path)):
+            return io.read_image(image, series_uid=series_uid)
+        if isinstance(image, np.ndarray):
+            if spacing is None:
+                raise InputError("a numpy array needs its voxel spacing: predict(array_zyx, spacing=(sx, sy, sz))")
+            if image.ndim != 3:
+                raise InputError(f"expected a 3D array (z, y, x), got shape {image.shape}")
+            out = sitk.GetImageFromArray(np.ascontiguousarray(image))
+            out.SetSpacing(tuple(float(s) for s in spacing))
+            return out
+        if isinstance(image, sitk.Image):
+            return image
+        raise InputError(f"expected a SimpleITK image, a path or a numpy array, got {type(image).__name__}")
+
+    def predict(
+        self,
+        image: sitk.Image | str | Path | np.ndarray,
+        *,
+        spacing: tuple[float, float, float] | None = None,
+        hu_offset: float = 0.0,
+        series_uid: str | None = None,
+    ) -> sitk.Image:
+        """Segment the lungs: uint8 label image (0 background, 1 right, 2 left lung) with
+        exactly the input's geometry.
+
+        Args:
+            image: a SimpleITK image (HU), an image path or DICOM folder, or a ``(z, y, x)``
+                numpy array with ``spacing``.
+            spacing: (x, y, z) mm, for a numpy array only.
+            hu_offset: added to every voxel first (e.g. -1024 for scans stored as HU + 1024).
+            series_uid: DICOM series to read from a folder with several.
+        """
+        return self.predict_with_report(image, spacing=spacing, hu_offset=hu_offset, series_uid=series_uid).label
+
+    def predict_with_report(
+        self,
+        image: sitk.Image | str | Path | np.ndarray,
+        *,
+        spacing: tuple[float, float, float] | None = None,
+        hu_offset: float = 0.0,
+        series_uid: str | None = None,
+    ) -> Prediction:
+        """As :meth:`predict`, plus the report: volumes, boxes, spacings, timings, memory,
+        warnings."""
+        import torch
+
+        timings: dict[str, float] = {}
+        warnings: list[str] = []
+        notes: list[str] = []
+        t0 = time.perf_counter()
+        img = self._as_image(image, spacing, series_uid)
+        io.validate_image(img, str(image) if isinstance(image, (str, Path)) else "image")
+        if hu_offset:
+            img = sitk.Cast(img, sitk.sitkFloat32) + float(hu_offset)
+        io.check_hu(img, str(image) if isinstance(image, (str, Path)) else "image")
+        canonical, code = spatial.to_canonical(img)
+        timings["read_s"] = time.perf_counter() - t0
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+        # coarse stage ------------------------------------------------------------------
+        t = time.perf_counter()
+        coarse_mm = spatial.spacing_for_size(canonical, tuple(self.coarse_size)) if self.coarse_size else self.coarse_mm
+        coarse_img = spatial.resample_image(canonical, coarse_mm)
+        coarse_arr = sitk.GetArrayFromImage(coarse_img)
+        net = self._network("coarse", self.device)
+        probs = self._predict_probs(net, coarse_arr, self.coarse_cfg, self.device, self.device,
+                                    self.sw_batch_size or self.coarse_cfg.batch_size, self.coarse_cfg.overlap)
+        coarse_label = probs.argmax(0).numpy().astype(np.uint8)
+        del net, probs, coarse_arr
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        boxes = self._lung_boxes(coarse_label, coarse_img)
+        timings["coarse_s"] = time.perf_counter() - t
+        if not boxes:
+            warnings.append("no lung found: the scan may not include the chest; the mask is empty")
+
+        # fine stage per lung ------------------------------------------------------------
+        t = time.perf_counter()
+        out = np.zeros(tuple(reversed(canonical.GetSize())), np.uint8)
+        if boxes:
+            self._fine_net = self._network("fine", self.device)
+            self._fine_net_device = self.device
+            best_p: dict[str, np.ndarray] = {}
+            for side, value in _SIDES:
+                if side not in boxes:
+                    continue
+                self._segment_lung(canonical, boxes[side], value, out, best_p, notes)
+            del self._fine_net, best_p
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+        timings["fine_s"] = time.perf_counter() - t
+
+        # postprocess and back to the input's grid --------------------------------------
+        t = time.perf_counter()
+        from segpipe.postprocess import clean_lungs
+
+        label_c = spatial.copy_geometry(out, canonical)
+        del out
+        label_c, post_warnings = clean_lungs(label_c)
+        warnings += post_warnings
+        label = spatial.from_canonical(label_c, img) if code != spatial.CANONICAL else label_c
+        label.CopyInformation(img)
+        timings["postprocess_s"] = time.perf_counter() - t
+        timings["total_s"] = time.perf_counter() - t0
+
+        arr = sitk.GetArrayViewFromImage(label)
+        voxel_ml = spatial.voxel_volume_ml(label)
+        report: dict[str, Any] = {
+            "segpipe_version": __version__,
+            "input": str(image) if isinstance(image, (str, Path)) else type(image).__name__,
+            "size_xyz": list(img.GetSize()),
+            "spacing_xyz_mm": [round(s, 5) for s in img.GetSpacing()],
+            "orientation": code,
+            "volumes_ml": {side: round(float(np.count_nonzero(arr == v)) * voxel_ml, 2) for side, v in _SIDES},
+            "boxes_mm": {side: box.to_dict() for side, box in boxes.items()},
+            "spacings_used_mm": {"coarse": [round(s, 4) for s in coarse_mm], "fine": list(self.fine_mm)},
+            "timings_s": {k: round(v, 3) for k, v in timings.items()},
+            "peak_memory": {
+                "rss_bytes": _peak_rss_bytes(),
+                "cuda_max_allocated": int(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else None,
+            },
+            "device": str(self.device),
+            "fast": self.fast,
+            "hu_offset": hu_offset,
+            "fallbacks": notes,
+            "warnings": warnings,
+        }
+        return Prediction(label, report)
+
+    def _lung_boxes(self, coarse_label: np.ndarray, coarse_img: sitk.Image) -> dict[str, spatial.Box]:
+        """Physical box per lung from the coarse prediction (largest component of each side,
+        at least 20 mL), expanded by the training margin plus one coarse voxel."""
+        from segpipe.postprocess import largest_component
+
+        boxes = {}
+        voxel_ml = spatial.voxel_volume_ml(coarse_img)
+        extra = max(coarse_img.GetSpacing())
+        for side, value in _SIDES:
+            keep, _ = largest_component(coarse_label == value)
+            if keep.sum() * voxel_ml < 20.0:
+                continue
+            box = spatial.box_from_mask(spatial.copy_geometry(keep.astype(np.uint8), coarse_img), 1)
+            if box is not None:
+                boxes[side] = box.expand(self.margin_mm + extra)
+        return boxes
+
+    def _segment_lung(
+        self, canonical: sitk.Image, box: spatial.Box, value: int, out: np.ndarray, best_p: dict, notes: list[str]
+    ) -> None:
+        """Fine stage for one lung: crop, resample, sliding window, probabilities back onto the
+        crop's region of the original grid, incremental argmax, merge into ``out``."""
+        crop = spatial.crop_to_box(canonical, box, pad_value=-1024)
+        fine = spatial.resample_image(crop, self.fine_mm)
+        probs = self._fine_with_fallback(sitk.GetArrayFromImage(fine), notes)  # (C, z, y, x)
+        # bring each class back to the crop grid, keeping only the running best (bounded memory)
+        best = None
+        arg = None
+        for c in range(probs.shape[0]):
+            p_img = sitk.GetImageFromArray(probs[c].numpy())
+            p_img.CopyInformation(fine)
+            back = sitk.GetArrayFromImage(spatial.resample_to_reference(p_img, crop, interpolator=sitk.sitkLinear, default_value=1.0 if c == 0 else 0.0, output_pixel_type=sitk.sitkFloat32))
+            if best is None:
+                best, arg = back, np.zeros(back.shape, np.uint8)
+            else:
+                better = back > best
+                best[better] = back[better]
+                arg[better] = c
+            if c == value:
+                mine = back
+        del probs
+        # the crop's region in the full grid
+        start = np.round(spatial._physical_to_index(canonical, np.asarray(crop.GetOrigin())[None])[0]).astype(int)
+        size = np.asarray(crop.GetSize())
+        full = np.asarray(canonical.GetSize())
+        lo, hi = np.maximum(start, 0), np.minimum(start + size, full)
+        if np.any(hi <= lo):
+            return
+        src = tuple(slice(a - s, b - s) for a, b, s in zip(lo[::-1], hi[::-1], start[::-1]))
+        dst = tuple(slice(a, b) for a, b in zip(lo[::-1], hi[::-1]))
+        claim = arg[src] == value
+        prob = mine[src]
+        region = out[dst]  # a view into the full-grid output
+        free = region == 0
+        region[claim & free] = value
+        if "p" in best_p:  # voxels the other lung claimed already: the more confident crop wins
+            prev_p = _window(best_p["p"], best_p["lo"], lo, hi)
+            region[claim & ~free & (prob > prev_p)] = value
+        best_p["p"] = np.where(claim, prob, 0).astype(np.float16)
+        best_p["lo"] = lo
+
+
+def _window(array: np.ndarray, array_lo: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The part of ``array`` (a full-grid region starting at ``array_lo``, (x, y, z)) covering
+    [lo, hi), zero where ``array`` does not reach."""
+    out = np.zeros(tuple((hi - lo)[::-1]), array.dtype)
+    a_hi = array_lo + np.asarray(array.shape[::-1])
+    i_lo, i_hi = np.maximum(lo, array_lo), np.minimum(hi, a_hi)
+    if np.any(i_hi <= i_lo):
+        return out
+    src = tuple(slice(a - s, b - s) for a, b, s in zip(i_lo[::-1], i_hi[::-1], array_lo[::-1]))
+    dst = tuple(slice(a - s, b - s) for a, b, s in zip(i_lo[::-1], i_hi[::-1], lo[::-1]))
+    out[dst] = array[src]
+    return out
