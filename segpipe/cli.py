@@ -394,7 +394,59 @@ def _relaunch_with_torchrun(nproc: int, out: Path) -> int:
     return subprocess.call(cmd)
 
 
-_REGISTRARS = [_add_synth, _add_memory, _add_plan, _add_train, _add_info, _add_convert]
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected i/n like 0/4, got {text!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"expected 0 <= i < n in i/n, got {text!r}")
+    return i, n
+
+
+def _add_infer(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "infer",
+        help="segment the lungs of CT scans (file, DICOM folder, or a folder of scans)",
+        description=(
+            "Segment the lungs: writes <name>_lungs.nii.gz (uint8; 0 background, 1 right lung, 2 left lung; "
+            "exactly the input's size, spacing, origin and direction) and <name>_lungs.json (volumes, boxes, "
+            "timings, memory, warnings) per scan; with --qc also a PNG. A folder that is not a DICOM series "
+            "is processed scan by scan, skipping scans whose mask exists unless --overwrite."
+        ),
+    )
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="image file, DICOM folder, or folder of scans")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="output file (one input) or folder (default: the current folder)")
+    p.add_argument("--model", metavar="FILE", help="model file from segpipe train (default: the bundled model)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto (CUDA when present)")
+    p.add_argument("--fast", action="store_true", help="no window overlap in the fine stage (faster, rougher)")
+    p.add_argument("--qc", action="store_true", help="also write a QC picture per scan")
+    p.add_argument("--overwrite", action="store_true", help="redo scans whose outputs exist")
+    p.add_argument("--shard", type=_shard, metavar="I/N", help="process every N-th scan starting at I (cluster arrays)")
+    p.add_argument("--hu-offset", type=float, default=0.0, metavar="HU",
+                   help="add this to every voxel first (e.g. -1024 for scans stored as HU+1024)")
+    p.add_argument("--series", metavar="UID", help="DICOM series to read from a folder with several")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    def run(args: argparse.Namespace) -> int:
+        from segpipe import infer
+
+        jobs = infer.plan_jobs(args.inputs, args.output, shard=args.shard)
+        seg = (infer.LungSegmenter.from_file(args.model, device=args.device, fast=args.fast)
+               if args.model else infer.LungSegmenter.default(device=args.device, fast=args.fast))
+        results = infer.run_jobs(
+            seg, jobs, overwrite=args.overwrite, qc=args.qc, hu_offset=args.hu_offset,
+            series_uid=args.series, progress=not args.quiet,
+        )
+        for r in results:
+            print(r)
+        return 0
+
+    p.set_defaults(handler=run)
+
+
+_REGISTRARS = [_add_synth, _add_memory, _add_plan, _add_train, _add_infer, _add_info, _add_convert]
 
 
 def _setup_logging(debug: bool) -> None:
