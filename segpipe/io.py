@@ -364,6 +364,7 @@ def check_hu(image: sitk.Image, name: str = "image") -> None:
         return
     if lo > -200:
         near = sample[(sample > lo - 1) & (sample < lo + 300)]
+        near = near[near != sample.min()]  # a clip or padding value piles up at the minimum: not air
         hist, edges = np.histogram(near, bins=60)
         peak = float(edges[int(np.argmax(hist))])
         # an offset CT also has soft tissue (0..100 HU) about 1000 above its air peak

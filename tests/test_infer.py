@@ -1,0 +1,186 @@
+"""Cascade inference mechanics with a small untrained model: exact output geometry for every
+storage orientation, API = CLI, batch skip/overwrite, shards, bad model files, HU offsets,
+and the CUDA out-of-memory fallback (simulated)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+import torch
+
+from segpipe import infer, io, modelfile, spatial
+from segpipe.cli import main
+from segpipe.config import NetworkConfig
+from segpipe.errors import InputError, ModelError
+from segpipe.network import build_network
+
+
+def _stage(net: NetworkConfig, patch: list[int]) -> dict:
+    return {"network": build_network(net).settings(), "patch_xyz": patch, "overlap": 0.25, "batch_size": 2, "amp": False}
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny untrained model whose fine stage predicts lung on dark voxels: enough to test
+    the mechanics, not the accuracy."""
+    torch.manual_seed(0)
+    net_cfg = NetworkConfig(base_width=4, max_width=8, blocks_per_stage=1, depth=2)
+    coarse, fine = build_network(net_cfg), build_network(net_cfg)
+    header = {
+        "labels": {"0": "background", "1": "right_lung", "2": "left_lung"},
+        "spacing": {"coarse_mm": [6.0, 6.0, 6.0], "fine_mm": [3.0, 3.0, 3.0], "coarse_size_xyz": None},
+        "intensity": {"window_hu": [-1024.0, 400.0]},
+        "margin_mm": 6.0,
+        "coarse": _stage(net_cfg, [32, 32, 32]),
+        "fine": _stage(net_cfg, [32, 32, 32]),
+    }
+    path = tmp_path_factory.mktemp("model") / "model.pt"
+    return modelfile.save_model(path, header, {"coarse": coarse.state_dict(), "fine": fine.state_dict()})
+
+
+@pytest.fixture(scope="module")
+def scan() -> sitk.Image:
+    from segpipe import synthetic
+
+    return synthetic.make_phantom(synthetic.PhantomSpec(seed=2, size_xyz=(64, 64, 40), coverage="chest")).image
+
+
+def _force_boxes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An untrained coarse net finds no lung; give both lungs a box in the chest instead."""
+
+    def boxes(self, coarse_label, coarse_img):  # type: ignore[no-untyped-def]
+        lo = np.asarray(coarse_img.TransformContinuousIndexToPhysicalPoint([-0.5] * 3))
+        hi = np.asarray(coarse_img.TransformContinuousIndexToPhysicalPoint([s - 0.5 for s in coarse_img.GetSize()]))
+        lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
+        mid = (lo[0] + hi[0]) / 2
+        return {
+            "right": spatial.Box((lo[0] + 20, lo[1] + 20, lo[2] + 10), (mid, hi[1] - 20, hi[2] - 10)),
+            "left": spatial.Box((mid - 10, lo[1] + 20, lo[2] + 10), (hi[0] - 20, hi[1] - 20, hi[2] - 10)),
+        }
+
+    monkeypatch.setattr(infer.LungSegmenter, "_lung_boxes", boxes)
+
+
+@pytest.mark.parametrize("orientation", ["LPS", "RAS", "LAS", "LPI", "oblique"])
+def test_output_geometry_is_exactly_the_input_geometry(model_path: Path, scan: sitk.Image, orientation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    _force_boxes(monkeypatch)
+    image = spatial.reorient(scan, "LPS" if orientation == "oblique" else orientation)
+    if orientation == "oblique":
+        from tests.conftest import oblique_permuted
+
+        image = oblique_permuted(image)
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    result = seg.predict_with_report(image)
+    label = result.label
+    assert label.GetSize() == image.GetSize()
+    assert label.GetSpacing() == image.GetSpacing()
+    assert label.GetOrigin() == image.GetOrigin()
+    assert label.GetDirection() == image.GetDirection()
+    assert label.GetPixelID() == sitk.sitkUInt8
+    assert set(np.unique(sitk.GetArrayViewFromImage(label)).tolist()) <= {0, 1, 2}
+    assert set(result.report["timings_s"]) >= {"coarse_s", "fine_s", "total_s"}
+
+
+def test_anisotropic_numpy_input_and_no_lung_warning(model_path: Path, scan: sitk.Image) -> None:
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    array = sitk.GetArrayFromImage(scan)
+    result = seg.predict_with_report(array, spacing=(0.9, 1.1, 4.0))
+    assert result.label.GetSize() == scan.GetSize() and result.label.GetSpacing() == (0.9, 1.1, 4.0)
+    if not sitk.GetArrayViewFromImage(result.label).any():  # the untrained coarse net found nothing
+        assert any("no lung found" in w for w in result.report["warnings"])
+    with pytest.raises(InputError, match="needs its voxel spacing"):
+        seg.predict(array)
+
+
+def test_api_and_cli_give_identical_masks(model_path: Path, scan: sitk.Image, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _force_boxes(monkeypatch)
+    src = io.write_image(spatial.reorient(scan, "RAS"), tmp_path / "case.nii.gz")
+    api = infer.LungSegmenter.from_file(model_path, device="cpu").predict(src)
+    assert main(["infer", str(src), "-o", str(tmp_path / "out"), "--model", str(model_path), "--device", "cpu", "--quiet"]) == 0
+    cli = io.read_image(tmp_path / "out" / "case_lungs.nii.gz")
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(api), sitk.GetArrayViewFromImage(cli))
+    assert spatial.same_geometry(cli, io.read_image(src), atol_mm=1e-5)
+    report = json.loads((tmp_path / "out" / "case_lungs.json").read_text())
+    assert set(report["volumes_ml"]) == {"right", "left"} and report["orientation"] == "RAS"
+
+
+def test_batch_mode_skip_overwrite_and_shards(model_path: Path, scan: sitk.Image, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    small = sitk.RegionOfInterest(scan, [48, 48, 24], [8, 8, 8])
+    for i in range(5):
+        io.write_image(small, folder / f"s{i}.nii.gz")
+    (folder / "notes.txt").write_text("not a scan")
+    args = ["infer", str(folder), "--model", str(model_path), "--device", "cpu", "--quiet"]
+    seen: list[str] = []
+    for i in range(3):
+        assert main([*args, "-o", str(tmp_path / "sharded"), "--shard", f"{i}/3"]) == 0
+        seen += [line.split()[1].rstrip(":") for line in capsys.readouterr().out.splitlines() if line.startswith("wrote")]
+    assert sorted(Path(s).name for s in seen) == [f"s{i}_lungs.nii.gz" for i in range(5)]  # each once
+    before = (tmp_path / "sharded" / "s0_lungs.nii.gz").stat().st_mtime_ns
+    assert main([*args, "-o", str(tmp_path / "sharded")]) == 0
+    assert capsys.readouterr().out.count("skipped") == 5
+    assert (tmp_path / "sharded" / "s0_lungs.nii.gz").stat().st_mtime_ns == before
+    assert main([*args, "-o", str(tmp_path / "sharded"), "--overwrite", "--shard", "0/5"]) == 0
+    assert capsys.readouterr().out.count("wrote") == 1
+
+
+@pytest.mark.parametrize("problem", ["missing", "corrupt", "not-segpipe", "future-version"])
+def test_bad_model_file_one_line_exit_2_nothing_written(problem: str, model_path: Path, scan: sitk.Image, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = io.write_image(scan, tmp_path / "case.nii.gz")
+    bad = tmp_path / "bad.pt"
+    if problem == "corrupt":
+        bad.write_bytes(model_path.read_bytes()[:5000])
+    elif problem == "not-segpipe":
+        torch.save({"weights": torch.ones(2)}, bad)
+    elif problem == "future-version":
+        payload = torch.load(model_path, weights_only=True)
+        payload["format_version"] = 7
+        torch.save(payload, bad)
+    out = tmp_path / "out"
+    code = main(["infer", str(src), "-o", str(out), "--model", str(bad), "--device", "cpu", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("segpipe infer: error:")
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_hu_offset_is_detected_and_fixed(model_path: Path, scan: sitk.Image, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shifted = io.write_image(sitk.Cast(scan, sitk.sitkInt16) + 1024, tmp_path / "offset.nii.gz")
+    args = ["infer", str(shifted), "-o", str(tmp_path / "out"), "--model", str(model_path), "--device", "cpu", "--quiet"]
+    assert main(args) == 2
+    assert "--hu-offset -1024" in capsys.readouterr().err
+    assert main([*args, "--hu-offset", "-1024"]) == 0
+    assert (tmp_path / "out" / "offset_lungs.nii.gz").is_file()
+
+
+def test_default_model_missing_names_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(infer, "DEFAULT_MODEL", tmp_path / "default.pt")
+    with pytest.raises(ModelError, match="default.pt"):
+        infer.LungSegmenter.default()
+
+
+def test_cuda_oom_falls_back_to_cpu_accumulation_then_cpu(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulated: the first two attempts run out of CUDA memory, the third (all CPU) works."""
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    seg.device = torch.device("cuda")  # pretend; no CUDA call is made below
+    seg._fine_net, seg._fine_net_device = object(), torch.device("cuda")
+    attempts: list[tuple[str, str, int]] = []
+
+    def fake_predict(self, net, array, stage, device, accumulate_on, sw_batch, overlap):  # type: ignore[no-untyped-def]
+        attempts.append((device.type, accumulate_on.type, sw_batch))
+        if len(attempts) < 3:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return torch.zeros(3, *array.shape)
+
+    monkeypatch.setattr(infer.LungSegmenter, "_predict_probs", fake_predict)
+    monkeypatch.setattr(infer.LungSegmenter, "_move_fine", lambda self, device: object())
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    notes: list[str] = []
+    probs = seg._fine_with_fallback(np.zeros((4, 4, 4), np.float32), notes)
+    assert probs.shape == (3, 4, 4, 4)
+    assert attempts == [("cuda", "cuda", 2), ("cuda", "cpu", 1), ("cpu", "cpu", 1)]
+    assert len(notes) == 2 and "accumulation buffer on cpu" in notes[0] and "windows on cpu" in notes[1]
