@@ -27,6 +27,7 @@ import SimpleITK as sitk
 from scipy import ndimage
 
 from segpipe import spatial
+from segpipe.postprocess import split_sides
 from segpipe.io import validate_image
 
 __all__ = ["segment_lungs_classical"]
@@ -95,25 +96,6 @@ def _grow_airways(
     return ndimage.binary_dilation(airways, structure=struct) & lungs_and_airways
 
 
-def _split_single(mask: np.ndarray) -> np.ndarray:
-    """Split one lung component into right (1, low x) and left (2) per axial slice at the
-    thinnest column near the middle of the mask's x extent."""
-    out = np.zeros(mask.shape, np.uint8)
-    xs = np.flatnonzero(mask.any(axis=(0, 1)))
-    mid_default = (xs[0] + xs[-1]) // 2
-    for z in range(mask.shape[0]):
-        s = mask[z]
-        if not s.any():
-            continue
-        profile = s.sum(axis=0).astype(float)
-        lo, hi = int(mid_default - 0.15 * (xs[-1] - xs[0])), int(mid_default + 0.15 * (xs[-1] - xs[0])) + 1
-        window = profile[lo:hi]
-        cut = lo + int(np.argmin(window)) if window.size else mid_default
-        out[z, :, :cut][s[:, :cut]] = 1
-        out[z, :, cut:][s[:, cut:]] = 2
-    return out
-
-
 def segment_lungs_classical(
     image: sitk.Image,
     *,
@@ -150,20 +132,7 @@ def segment_lungs_classical(
         seed = _trachea_seed(inside, spacing)
         if seed is not None:
             lungs &= ~_grow_airways(lungs, smooth, seed, airway_threshold_hu, tuple(reversed(spacing)))
-        labels, n = ndimage.label(lungs, structure=_CROSS3)
-        sizes = np.bincount(labels.ravel())
-        sizes[0] = 0
-        order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
-        big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]] if order else []
-        if len(big) >= 2:
-            a, b = big[0], big[1]
-            ca = np.nonzero(labels == a)[2].mean()
-            cb = np.nonzero(labels == b)[2].mean()
-            right, left = (a, b) if ca < cb else (b, a)  # LPS: low x is the patient's right
-            out[labels == right] = 1
-            out[labels == left] = 2
-        elif len(big) == 1:
-            out = _split_single(labels == big[0])
+        out = split_sides(lungs, min_fraction=min_fraction)
         for value in (1, 2):
             filled = np.zeros_like(out, dtype=bool)
             for z in range(out.shape[0]):  # per slice: vessels are enclosed in 2D, not in 3D

@@ -268,12 +268,11 @@ class LungSegmenter:
         if boxes:
             self._fine_net = self._network("fine", self.device)
             self._fine_net_device = self.device
-            best_p: dict[str, np.ndarray] = {}
-            for side, value in _SIDES:
-                if side not in boxes:
-                    continue
-                self._segment_lung(canonical, boxes[side], value, out, best_p, notes)
-            del self._fine_net, best_p
+            for side, _ in _SIDES:
+                if side in boxes:
+                    self._segment_lung(canonical, boxes[side], out, notes)
+            del self._fine_net
+            self._assign_sides(out, canonical, coarse_img)
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         timings["fine_s"] = time.perf_counter() - t
@@ -316,79 +315,71 @@ class LungSegmenter:
         return Prediction(label, report)
 
     def _lung_boxes(self, coarse_label: np.ndarray, coarse_img: sitk.Image) -> dict[str, spatial.Box]:
-        """Physical box per lung from the coarse prediction (largest component of each side,
-        at least 20 mL), expanded by the training margin plus one coarse voxel."""
-        from segpipe.postprocess import largest_component
+        """Physical box per lung from the coarse prediction, expanded by the training margin
+        plus one coarse voxel. Sides come from geometry (:func:`segpipe.postprocess.split_sides`
+        on the predicted lung), never from which class the network picked; a side smaller than
+        20 mL counts as absent. The sided coarse mask is kept in ``self._coarse_sides``."""
+        from segpipe.postprocess import split_sides
 
-        boxes = {}
+        sides = split_sides(coarse_label > 0)
         voxel_ml = spatial.voxel_volume_ml(coarse_img)
+        for value in (1, 2):
+            if np.count_nonzero(sides == value) * voxel_ml < 20.0:
+                sides[sides == value] = 0
+        self._coarse_sides = sides
+        boxes = {}
         extra = max(coarse_img.GetSpacing())
         for side, value in _SIDES:
-            keep, _ = largest_component(coarse_label == value)
-            if keep.sum() * voxel_ml < 20.0:
-                continue
-            box = spatial.box_from_mask(spatial.copy_geometry(keep.astype(np.uint8), coarse_img), 1)
+            box = spatial.box_from_mask(spatial.copy_geometry(sides, coarse_img), value)
             if box is not None:
                 boxes[side] = box.expand(self.margin_mm + extra)
         return boxes
 
-    def _segment_lung(
-        self, canonical: sitk.Image, box: spatial.Box, value: int, out: np.ndarray, best_p: dict, notes: list[str]
-    ) -> None:
-        """Fine stage for one lung: crop, resample, sliding window, probabilities back onto the
-        crop's region of the original grid, incremental argmax, merge into ``out``."""
+    def _segment_lung(self, canonical: sitk.Image, box: spatial.Box, out: np.ndarray, notes: list[str]) -> None:
+        """Fine stage for one lung: crop, resample, sliding window, then the probability of
+        "any lung" (1 - background) back onto the crop's region of the original grid; voxels
+        above 0.5 are marked in ``out`` (sides are assigned afterwards, from geometry)."""
         crop = spatial.crop_to_box(canonical, box, pad_value=-1024)
         fine = spatial.resample_image(crop, self.fine_mm)
         probs = self._fine_with_fallback(sitk.GetArrayFromImage(fine), notes)  # (C, z, y, x)
-        # bring each class back to the crop grid, keeping only the running best (bounded memory)
-        best = None
-        arg = None
-        for c in range(probs.shape[0]):
-            p_img = sitk.GetImageFromArray(probs[c].numpy())
-            p_img.CopyInformation(fine)
-            back = sitk.GetArrayFromImage(spatial.resample_to_reference(p_img, crop, interpolator=sitk.sitkLinear, default_value=1.0 if c == 0 else 0.0, output_pixel_type=sitk.sitkFloat32))
-            if best is None:
-                best, arg = back, np.zeros(back.shape, np.uint8)
-            else:
-                better = back > best
-                best[better] = back[better]
-                arg[better] = c
-            if c == value:
-                mine = back
+        background = sitk.GetImageFromArray(probs[0].numpy())
         del probs
-        # the crop's region in the full grid
+        background.CopyInformation(fine)
+        back = sitk.GetArrayFromImage(
+            spatial.resample_to_reference(background, crop, interpolator=sitk.sitkLinear, default_value=1.0,
+                                          output_pixel_type=sitk.sitkFloat32)
+        )
         start = np.round(spatial._physical_to_index(canonical, np.asarray(crop.GetOrigin())[None])[0]).astype(int)
-        size = np.asarray(crop.GetSize())
-        full = np.asarray(canonical.GetSize())
-        lo, hi = np.maximum(start, 0), np.minimum(start + size, full)
+        lo = np.maximum(start, 0)
+        hi = np.minimum(start + np.asarray(crop.GetSize()), np.asarray(canonical.GetSize()))
         if np.any(hi <= lo):
             return
         src = tuple(slice(a - s, b - s) for a, b, s in zip(lo[::-1], hi[::-1], start[::-1]))
         dst = tuple(slice(a, b) for a, b in zip(lo[::-1], hi[::-1]))
-        claim = arg[src] == value
-        prob = mine[src]
-        region = out[dst]  # a view into the full-grid output
-        free = region == 0
-        region[claim & free] = value
-        if "p" in best_p:  # voxels the other lung claimed already: the more confident crop wins
-            prev_p = _window(best_p["p"], best_p["lo"], lo, hi)
-            region[claim & ~free & (prob > prev_p)] = value
-        best_p["p"] = np.where(claim, prob, 0).astype(np.float16)
-        best_p["lo"] = lo
+        out[dst][back[src] < 0.5] = 1
 
+    def _assign_sides(self, out: np.ndarray, canonical: sitk.Image, coarse_img: sitk.Image) -> None:
+        """Turn the lung voxels of ``out`` (canonical grid) into 1 (right) / 2 (left) with the
+        per-row boundary between the coarse stage's sided lungs (physical geometry)."""
+        from segpipe.postprocess import side_boundary
 
-def _window(array: np.ndarray, array_lo: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The part of ``array`` (a full-grid region starting at ``array_lo``, (x, y, z)) covering
-    [lo, hi), zero where ``array`` does not reach."""
-    out = np.zeros(tuple((hi - lo)[::-1]), array.dtype)
-    a_hi = array_lo + np.asarray(array.shape[::-1])
-    i_lo, i_hi = np.maximum(lo, array_lo), np.minimum(hi, a_hi)
-    if np.any(i_hi <= i_lo):
-        return out
-    src = tuple(slice(a - s, b - s) for a, b, s in zip(i_lo[::-1], i_hi[::-1], array_lo[::-1]))
-    dst = tuple(slice(a - s, b - s) for a, b, s in zip(i_lo[::-1], i_hi[::-1], lo[::-1]))
-    out[dst] = array[src]
-    return out
+        boundary_c = side_boundary(self._coarse_sides)
+        sp_f = np.asarray(canonical.GetSpacing())
+        sp_c = np.asarray(coarse_img.GetSpacing())
+        fz, fy, fx = out.shape
+        cz, cy, _ = boundary_c.shape + (0,)
+        kc = np.clip(np.round((np.arange(fz) + 0.5) * sp_f[2] / sp_c[2] - 0.5).astype(int), 0, cz - 1)
+        jc = np.clip(np.round((np.arange(fy) + 0.5) * sp_f[1] / sp_c[1] - 0.5).astype(int), 0, cy - 1)
+        xs = np.arange(fx)
+        for z in range(fz):
+            sl = out[z]
+            lung = sl > 0
+            if not lung.any():
+                continue
+            bf = (boundary_c[kc[z], jc] + 0.5) * sp_c[0] / sp_f[0] - 0.5  # (fy,) in full-grid x units
+            right = xs[None, :] < bf[:, None]
+            sl[lung & right] = 1
+            sl[lung & ~right] = 2
 
 
 # ----------------------------------------------------------------------------- batch jobs

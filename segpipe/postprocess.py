@@ -16,7 +16,7 @@ from scipy import ndimage
 
 from segpipe import spatial
 
-__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs"]
+__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "split_sides", "side_boundary"]
 
 _FULL = ndimage.generate_binary_structure(3, 1)
 
@@ -80,7 +80,13 @@ def clean_lungs(label: sitk.Image, *, min_volume_ml: float = 5.0) -> tuple[sitk.
     Returns:
         The cleaned label map (same geometry, uint8) and a list of warnings.
     """
-    array = sitk.GetArrayFromImage(label).astype(np.uint8)
+    full = sitk.GetArrayFromImage(label).astype(np.uint8)
+    nonzero = np.nonzero(full.any(axis=(1, 2)))[0], np.nonzero(full.any(axis=(0, 2)))[0], np.nonzero(full.any(axis=(0, 1)))[0]
+    if any(len(a) == 0 for a in nonzero):
+        return spatial.copy_geometry(full, label), []
+    # work inside the lungs' bounding box (plus one voxel): a fraction of a large scan
+    box = tuple(slice(max(a[0] - 1, 0), a[-1] + 2) for a in nonzero)
+    array = full[box]
     kept: dict[int, np.ndarray] = {}
     dropped: dict[int, np.ndarray] = {}
     for value in (1, 2):
@@ -96,5 +102,74 @@ def clean_lungs(label: sitk.Image, *, min_volume_ml: float = 5.0) -> tuple[sitk.
         if 0 < volume < min_volume_ml:
             out[out == value] = 0
             warnings.append(f"removed a {side} lung of only {volume:.1f} mL (below {min_volume_ml} mL)")
-    cleaned, side_warnings = check_sides(spatial.copy_geometry(out, label))
+    full[:] = 0
+    full[box] = out
+    cleaned, side_warnings = check_sides(spatial.copy_geometry(full, label))
     return cleaned, warnings + side_warnings
+
+
+def _split_single(mask: np.ndarray) -> np.ndarray:
+    """Split one lung component into right (1, low x) and left (2) per axial slice at the
+    thinnest column near the middle of the mask's x extent."""
+    out = np.zeros(mask.shape, np.uint8)
+    xs = np.flatnonzero(mask.any(axis=(0, 1)))
+    mid_default = (xs[0] + xs[-1]) // 2
+    half = 0.15 * (xs[-1] - xs[0])
+    for z in range(mask.shape[0]):
+        s = mask[z]
+        if not s.any():
+            continue
+        profile = s.sum(axis=0).astype(float)
+        lo, hi = int(mid_default - half), int(mid_default + half) + 1
+        window = profile[lo:hi]
+        cut = lo + int(np.argmin(window)) if window.size else mid_default
+        out[z, :, :cut][s[:, :cut]] = 1
+        out[z, :, cut:][s[:, cut:]] = 2
+    return out
+
+
+def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15) -> np.ndarray:
+    """Label a lung mask by side from geometry alone: 1 right, 2 left.
+
+    ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
+    patient's left). The two largest components (each at least ``min_fraction`` of the
+    largest) are sided by their mean x; a single component (lungs touching in front) is split
+    per slice at its thinnest point near the middle. Smaller pieces are dropped.
+    """
+    labels, n = ndimage.label(lungs, structure=_FULL)
+    out = np.zeros(lungs.shape, np.uint8)
+    if n == 0:
+        return out
+    sizes = np.bincount(labels.ravel())
+    sizes[0] = 0
+    order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
+    big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
+    if len(big) >= 2:
+        a, b = big[0], big[1]
+        right, left = (a, b) if np.nonzero(labels == a)[2].mean() < np.nonzero(labels == b)[2].mean() else (b, a)
+        out[labels == right] = 1
+        out[labels == left] = 2
+    else:
+        out = _split_single(labels == big[0])
+    return out
+
+
+def side_boundary(sides: np.ndarray) -> np.ndarray:
+    """Per ``(z, y)`` row of a sided label array (1 right, 2 left; canonical LPS), the x
+    index (float) that separates the lungs: the middle of the gap between the right lung's
+    last voxel and the left lung's first. Rows without both lungs take their slice's median,
+    slices without both take the overall median. Shape ``(z, y)``."""
+    nz, ny, nx = sides.shape
+    xs = np.arange(nx)
+    right_max = np.where(sides == 1, xs, -1).max(axis=2).astype(float)
+    left_min = np.where(sides == 2, xs, nx).min(axis=2).astype(float)
+    both = (right_max >= 0) & (left_min < nx)
+    boundary = np.where(both, (right_max + left_min) / 2.0, np.nan)
+    overall = np.nanmedian(boundary) if both.any() else (nx - 1) / 2.0
+    for z in range(nz):
+        row = boundary[z]
+        if np.isnan(row).all():
+            row[:] = overall
+        else:
+            row[np.isnan(row)] = np.nanmedian(row)
+    return boundary

@@ -57,6 +57,11 @@ def _force_boxes(monkeypatch: pytest.MonkeyPatch) -> None:
         hi = np.asarray(coarse_img.TransformContinuousIndexToPhysicalPoint([s - 0.5 for s in coarse_img.GetSize()]))
         lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
         mid = (lo[0] + hi[0]) / 2
+        sides = np.zeros(coarse_label.shape, np.uint8)
+        nx = sides.shape[2]
+        sides[:, :, 1 : nx // 2 - 1] = 1  # canonical LPS: low x is the patient's right
+        sides[:, :, nx // 2 + 1 : -1] = 2
+        self._coarse_sides = sides
         return {
             "right": spatial.Box((lo[0] + 20, lo[1] + 20, lo[2] + 10), (mid, hi[1] - 20, hi[2] - 10)),
             "left": spatial.Box((mid - 10, lo[1] + 20, lo[2] + 10), (hi[0] - 20, hi[1] - 20, hi[2] - 10)),

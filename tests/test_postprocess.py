@@ -60,3 +60,27 @@ def test_tiny_lung_is_removed_with_a_warning() -> None:
     cleaned, warnings = postprocess.clean_lungs(_image(a), min_volume_ml=1.0)
     assert (sitk.GetArrayViewFromImage(cleaned) == 2).sum() == 0
     assert warnings and "left lung" in warnings[0]
+
+
+def test_split_sides_by_geometry_two_components_and_touching_lungs() -> None:
+    lungs = _lungs() > 0
+    np.testing.assert_array_equal(postprocess.split_sides(lungs), _lungs())
+    touching = lungs.copy()
+    touching[3:17, 8:12, 17:23] = True  # anterior junction: one component
+    sides = postprocess.split_sides(touching)
+    assert (sides[_lungs() == 1] == 1).all() and (sides[_lungs() == 2] == 2).all()
+    boundary = postprocess.side_boundary(_lungs())
+    assert boundary.shape == (20, 30)
+    assert (boundary[3:17, 5:25] == (16 + 23) / 2).all()  # middle of the gap in each row
+    assert (boundary[0] == 19.5).all()  # rows without lungs take the median
+
+
+def test_laterality_of_inference_is_physical() -> None:
+    """Labels 1/2 follow LPS x whatever the storage orientation (checked through the whole
+    clean-up on a reoriented image)."""
+    for orientation in ("RAS", "LPI", "LAS"):
+        label = _image(_lungs(), orientation)
+        cleaned, _ = postprocess.clean_lungs(label)
+        right = spatial.physical_centroid(cleaned, 1)
+        left = spatial.physical_centroid(cleaned, 2)
+        assert right is not None and left is not None and right[0] < left[0]
