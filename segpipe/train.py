@@ -260,20 +260,30 @@ def sliding_window_predict(model: Any, image: Any, stage: StageConfig, device: A
 
 
 def evaluate(model: Any, volumes: list[data_mod.CachedVolume], stage: StageConfig, cfg: TrainConfig, device: Any) -> dict[str, float]:
-    """Mean Dice per lung over ``volumes`` (whole cached volumes, sliding window)."""
+    """Mean Dice per lung over ``volumes`` (whole cached volumes, sliding window), scored as
+    inference uses each stage: the coarse stage's lung is sided by geometry
+    (:func:`segpipe.postprocess.split_sides`); a fine crop is scored on lung vs background,
+    under the side of the lung it was cut around."""
     import torch
 
     from segpipe.metrics import dice
+    from segpipe.postprocess import split_sides
 
     model.eval()
     scores: dict[str, list[float]] = {"right": [], "left": []}
     for vol in volumes:
         image, label = vol.load()
+        label = np.asarray(label)
         x = torch.from_numpy(data_mod.normalise_hu(image, cfg.intensity.window_hu))[None, None]
         pred = sliding_window_predict(model, x, stage, device, stage.amp).argmax(1)[0].numpy()
+        if "_fine_" in vol.image.name:
+            side = "right" if "_fine_right" in vol.image.name else "left"
+            scores[side].append(dice(pred > 0, label > 0))
+            continue
+        sided = split_sides(pred > 0)
         for side, value in (("right", 1), ("left", 2)):
-            if (label == value).any() or (pred == value).any():
-                scores[side].append(dice(pred == value, np.asarray(label) == value))
+            if (label == value).any() or (sided == value).any():
+                scores[side].append(dice(sided == value, label == value))
     model.train()
     out = {f"dice_{k}": float(np.mean(v)) if v else float("nan") for k, v in scores.items()}
     present = [v for v in out.values() if not math.isnan(v)]
