@@ -150,7 +150,7 @@ def _add_memory(sub: argparse._SubParsersAction) -> None:
             "the tensor peak, peak RSS, and on CUDA the allocator peaks)."
         ),
     )
-    p.add_argument("--config", metavar="F", help="YAML with network settings (top level or a 'network' section)")
+    p.add_argument("--config", metavar="F", help="YAML with network settings (top level, a 'network' section, or a training config's fine.network)")
     p.add_argument("--patch", type=_int_triple, default=(96, 96, 96), metavar="X,Y,Z", help="patch size in voxels (default 96,96,96)")
     p.add_argument("--batch", type=_positive_int, default=2, help="patches per step (default 2)")
     p.add_argument(
@@ -224,8 +224,8 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--gpu-memory", required=True, metavar="SIZE", help="the card's memory, e.g. 8GiB, 8GB, 12288MiB")
-    p.add_argument("--config", metavar="F", help="YAML with network settings (top level or a 'network' section)")
-    p.add_argument("--write-config", metavar="OUT.yaml", help="write the network and plan sections into this YAML (other sections kept)")
+    p.add_argument("--config", metavar="F", help="YAML with network settings (top level, a 'network' section, or a training config's fine.network)")
+    p.add_argument("--write-config", metavar="OUT.yaml", help="put the choice into this training config's fine section (created if missing; other settings kept)")
     p.add_argument("--crop", type=_int_triple, default=(130, 180, 200), metavar="X,Y,Z", help="typical lung crop in voxels at the spacing (default 130,180,200)")
     p.add_argument("--spacing", type=_float_triple, default=(1.5, 1.5, 1.5), metavar="MM", help="target spacing of the crop in mm (default 1.5)")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True, help="mixed precision (default on)")

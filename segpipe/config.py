@@ -32,6 +32,7 @@ __all__ = [
     "from_dict",
     "to_dict",
     "load_yaml",
+    "read_yaml_mapping",
     "apply_overrides",
 ]
 
@@ -231,8 +232,8 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def load_yaml(path: str | Path, cls: type[T]) -> T:
-    """Load a YAML file (``yaml.safe_load``) into dataclass ``cls``."""
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """The top-level mapping of a YAML file (``yaml.safe_load``; empty file: ``{}``)."""
     import yaml
 
     path = Path(path)
@@ -246,6 +247,12 @@ def load_yaml(path: str | Path, cls: type[T]) -> T:
         raise ConfigError(f"{path}: invalid YAML{loc}") from err
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data or {}
+
+
+def load_yaml(path: str | Path, cls: type[T]) -> T:
+    """Load a YAML file (``yaml.safe_load``) into dataclass ``cls``."""
+    data = read_yaml_mapping(path)
     try:
         return from_dict(cls, data)
     except ConfigError as err:

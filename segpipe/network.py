@@ -462,25 +462,17 @@ def build_network(config: NetworkConfig | dict[str, Any] | None = None) -> UNet3
 
 
 def load_network_config(path: str | Path) -> NetworkConfig:
-    """Read a :class:`NetworkConfig` from YAML: either its fields at the top level, or a ``network`` section.
+    """Read a :class:`NetworkConfig` from YAML: its fields at the top level, a ``network`` section, or
+    a training config's ``fine.network``.
 
-    A file with a ``network`` section (a full segpipe config, or one written by ``segpipe plan``)
-    may hold other sections; only ``network`` is read here, strictly (unknown keys are errors).
+    Only that part is read, strictly (unknown keys are errors); other sections are ignored.
     """
-    import yaml
+    from segpipe.config import read_yaml_mapping
 
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+    data = read_yaml_mapping(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML") from err
-    if data is None:
-        return NetworkConfig()
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    try:
+        if isinstance(data.get("fine"), dict):  # a training config: the fine stage's network
+            return from_dict(NetworkConfig, data["fine"].get("network"), "fine.network")
         if "network" in data:
             return from_dict(NetworkConfig, data["network"], "network")
         return from_dict(NetworkConfig, data)

@@ -209,15 +209,24 @@ def test_plan_errors() -> None:
 
 
 def test_plan_config_round_trip(tmp_path, plans) -> None:
+    """The plan lands in a training config's fine stage; the rest of the file is kept."""
+    from segpipe.config import TrainConfig, load_yaml
+
     path = tmp_path / "train.yaml"
-    path.write_text("train:\n  epochs: 10\nnetwork:\n  base_width: 16\n")
+    path.write_text("seed: 5\ncoarse:\n  epochs: 3\nfine:\n  epochs: 7\n  network: {base_width: 16}\n")
     write_plan_config(plans[8], NetworkConfig(), path)
-    data = yaml.safe_load(path.read_text())
-    assert data["train"] == {"epochs": 10}
-    network, plan = load_plan_config(path)
-    assert plan == plans[8]
-    assert network.checkpointing == plans[8].checkpointing
-    assert load_network_config(path) == network
+    cfg = load_yaml(path, TrainConfig)
+    assert cfg.seed == 5 and cfg.coarse.epochs == 3 and cfg.fine.epochs == 7
+    fine = load_plan_config(path)
+    assert fine.patch_xyz == tuple(plans[8].patch_size) and fine.batch_size == plans[8].batch_size
+    assert fine.accumulation == plans[8].accumulation_steps
+    assert fine.network.checkpointing == plans[8].checkpointing
+    assert load_network_config(path) == fine.network
+    assert path.read_text().startswith("# fine-stage settings chosen by `segpipe plan`")
+    bad = tmp_path / "other.yaml"
+    bad.write_text("train:\n  epochs: 10\n")
+    with pytest.raises(ConfigError, match="not be a valid training config"):
+        write_plan_config(plans[8], NetworkConfig(), bad)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -255,7 +264,8 @@ def test_cli_plan(capsys, tmp_path) -> None:
     assert main(["plan", "--gpu-memory", "8GiB", "--write-config", str(out_yaml)]) == 0
     out = capsys.readouterr().out
     assert "patch size" in out and "why:" in out and f"wrote {out_yaml}" in out
-    network, plan = load_plan_config(out_yaml)
-    assert plan.budget_bytes == 8 * GiB and plan.amp
+    fine = load_plan_config(out_yaml)
+    assert fine.amp and fine.patch_xyz == (136, 184, 200) and fine.batch_size * fine.accumulation == 4
+    assert "# gpu memory        8GiB" in out_yaml.read_text()
     assert main(["plan", "--gpu-memory", "8 gigs"]) == 2
     assert "expected a size like 8GiB" in capsys.readouterr().err

@@ -287,14 +287,17 @@ def plan_training(
 
 
 def write_plan_config(plan: TrainingPlan, network: NetworkConfig, path: str | Path) -> Path:
-    """Write ``network`` (with the plan's checkpointing) and ``plan`` sections into a YAML file.
-
-    An existing file keeps its other sections; both sections are replaced. Written atomically.
+    """Put the plan into a training config (YAML, :class:`segpipe.config.TrainConfig`): the
+    ``fine`` section gets the patch, batch size, accumulation, AMP and the network with the
+    plan's checkpointing. An existing file keeps everything else; the result must still be a
+    valid training config. The plan's reasons go into a comment at the top. Written atomically.
     """
     import os
     import tempfile
 
     import yaml
+
+    from segpipe.config import TrainConfig, from_dict
 
     path = Path(path)
     if not path.parent.is_dir():
@@ -308,12 +311,22 @@ def write_plan_config(plan: TrainingPlan, network: NetworkConfig, path: str | Pa
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level, got {type(loaded).__name__}")
         data = dict(loaded or {})
-    net = to_dict(dataclasses.replace(network, checkpointing=plan.checkpointing))
-    data["network"] = net
-    data["plan"] = plan.to_dict()
+    fine = dict(data.get("fine") or {})
+    fine["network"] = to_dict(dataclasses.replace(network, checkpointing=plan.checkpointing))
+    fine.update(
+        patch_xyz=list(plan.patch_size), batch_size=plan.batch_size,
+        accumulation=plan.accumulation_steps, amp=plan.amp,
+    )
+    data["fine"] = fine
+    try:
+        from_dict(TrainConfig, data)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: the result would not be a valid training config ({err})") from err
+    header = "".join(f"# {line}\n" if line else "#\n" for line in plan.describe().splitlines())
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
+            handle.write("# fine-stage settings chosen by `segpipe plan`:\n" + header)
             yaml.safe_dump(data, handle, sort_keys=False)
         os.replace(tmp, path)
     except OSError as err:
@@ -323,18 +336,9 @@ def write_plan_config(plan: TrainingPlan, network: NetworkConfig, path: str | Pa
     return path
 
 
-def load_plan_config(path: str | Path) -> tuple[NetworkConfig, TrainingPlan]:
-    """Read back the ``network`` and ``plan`` sections written by :func:`write_plan_config`."""
-    import yaml
+def load_plan_config(path: str | Path) -> Any:
+    """The fine stage (:class:`segpipe.config.StageConfig`) of a training config, e.g. one
+    written by :func:`write_plan_config`."""
+    from segpipe.config import TrainConfig, load_yaml
 
-    from segpipe.config import from_dict
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict) or "plan" not in data:
-        raise ConfigError(f"{path}: expected 'network' and 'plan' sections, got {sorted(data) if isinstance(data, dict) else data!r}")
-    network = from_dict(NetworkConfig, data.get("network"), "network")
-    plan = from_dict(TrainingPlan, data["plan"], "plan")
-    return network, plan
+    return load_yaml(path, TrainConfig).fine
