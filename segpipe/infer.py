@@ -41,6 +41,7 @@ log = logging.getLogger("segpipe")
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "weights" / "default.pt"
 _SIDES = (("right", 1), ("left", 2))
+_SLAB = 32  # slices per slab when probabilities go back to the original grid
 
 
 @dataclass
@@ -341,22 +342,32 @@ class LungSegmenter:
         above 0.5 are marked in ``out`` (sides are assigned afterwards, from geometry)."""
         crop = spatial.crop_to_box(canonical, box, pad_value=-1024)
         fine = spatial.resample_image(crop, self.fine_mm)
+        crop_origin, crop_size = np.asarray(crop.GetOrigin()), np.asarray(crop.GetSize())
+        del crop  # the original-resolution crop is not needed any more
         probs = self._fine_with_fallback(sitk.GetArrayFromImage(fine), notes)  # (C, z, y, x)
         background = sitk.GetImageFromArray(probs[0].numpy())
-        del probs
+        del probs  # only the background channel is needed: lung = 1 - background
         background.CopyInformation(fine)
-        back = sitk.GetArrayFromImage(
-            spatial.resample_to_reference(background, crop, interpolator=sitk.sitkLinear, default_value=1.0,
-                                          output_pixel_type=sitk.sitkFloat32)
-        )
-        start = np.round(spatial._physical_to_index(canonical, np.asarray(crop.GetOrigin())[None])[0]).astype(int)
+        start = np.round(spatial._physical_to_index(canonical, crop_origin[None])[0]).astype(int)
         lo = np.maximum(start, 0)
-        hi = np.minimum(start + np.asarray(crop.GetSize()), np.asarray(canonical.GetSize()))
+        hi = np.minimum(start + crop_size, np.asarray(canonical.GetSize()))
         if np.any(hi <= lo):
             return
-        src = tuple(slice(a - s, b - s) for a, b, s in zip(lo[::-1], hi[::-1], start[::-1]))
-        dst = tuple(slice(a, b) for a, b in zip(lo[::-1], hi[::-1]))
-        out[dst][back[src] < 0.5] = 1
+        # back onto the original grid in slabs of slices: a float copy of the whole crop at the
+        # original resolution is never held (it can be several GB for a large scan)
+        direction = np.asarray(canonical.GetDirection()).reshape(3, 3)
+        spacing = np.asarray(canonical.GetSpacing())
+        for z0 in range(lo[2], hi[2], _SLAB):
+            z1 = min(z0 + _SLAB, hi[2])
+            ref = sitk.Image([int(hi[0] - lo[0]), int(hi[1] - lo[1]), int(z1 - z0)], sitk.sitkUInt8)
+            ref.SetSpacing(canonical.GetSpacing())
+            ref.SetDirection(canonical.GetDirection())
+            origin = np.asarray(canonical.GetOrigin()) + direction @ (np.array([lo[0], lo[1], z0]) * spacing)
+            ref.SetOrigin(tuple(float(v) for v in origin))
+            back = spatial.resample_to_reference(
+                background, ref, interpolator=sitk.sitkLinear, default_value=1.0, output_pixel_type=sitk.sitkFloat32
+            )
+            out[z0:z1, lo[1]:hi[1], lo[0]:hi[0]][sitk.GetArrayViewFromImage(back) < 0.5] = 1
 
     def _assign_sides(self, out: np.ndarray, canonical: sitk.Image, coarse_img: sitk.Image) -> None:
         """Turn the lung voxels of ``out`` (canonical grid) into 1 (right) / 2 (left) with the
