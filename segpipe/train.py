@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -404,7 +405,7 @@ def train_stage(
             x = batch["image"].to(device, non_blocking=True)
             y = batch["label"].to(device, non_blocking=True)[:, None]
             sync = pending + 1 == stage.accumulation
-            ctx = train_model.no_sync() if dist_info.enabled and not sync else _null()
+            ctx = train_model.no_sync() if dist_info.enabled and not sync else contextlib.nullcontext()
             with ctx, recorder.step():
                 with autocast(device, stage.amp):
                     logits = train_model(x)
@@ -496,14 +497,6 @@ def train_stage(
         best_state = torch.load(best_path, map_location="cpu", weights_only=True)["model"]
     return {"state_dict": best_state, "best": best, "history": history, "header": _stage_header(stage_name, stage, model),
             "nonfinite_total": nonfinite_total}
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _check_nonfinite(consecutive: int, limit: int, stage: str, step: int) -> None:

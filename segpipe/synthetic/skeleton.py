@@ -75,7 +75,7 @@ def build_skeleton(b: Body) -> None:
         h = z1 - z0
         hd = 0.2 * h
         y_of = lambda z, rb=rb: yv(z)  # noqa: E731
-        prof = lambda grow, ra=ra, rb=rb: (  # noqa: E731
+        prof = lambda grow, ra=ra, rb=rb, y_of=y_of: (  # noqa: E731
             (lambda z: np.full(np.shape(z), ra + grow)), (lambda z: np.full(np.shape(z), rb + grow)),
             (lambda z: np.full(np.shape(z), rb + grow)), y_of)
         b.add("disc", b.section(prof(0), z0, z0 + hd), float(rng.uniform(70, 100)), "cartilage", post=True)
@@ -177,7 +177,7 @@ def build_skeleton(b: Body) -> None:
     for sx in (-1, 1):
         lo = (40 * S if sx > 0 else -140 * S, -60 * S, zp + 50 * S)
         hi = (140 * S if sx > 0 else -40 * S, 100 * S, zi + 15 * S)
-        wing = lambda t, sx=sx: Intersect(  # noqa: E731
+        wing = lambda t, sx=sx, lo=lo, hi=hi: Intersect(  # noqa: E731
             _shell(lambda z: np.full(np.shape(z), 85 * S), lambda z: np.full(np.shape(z), 55 * S),
                    lambda z: np.full(np.shape(z), -5 * S), t, lo, hi, xc=sx * 30 * S),
             HalfSpace((sx * 45 * S, 0, 0), (-sx, 0, 0)), HalfSpace((0, -50 * S, 0), (0, -1, 0)),
