@@ -298,7 +298,8 @@ class IntensityConfig:
 class AugmentConfig:
     """Patch augmentation. Left-right mirroring swaps labels 1 and 2 (see
     :func:`segpipe.data.mirror_left_right`); other axes' flips are off: anatomy is not
-    symmetric front-back or head-feet."""
+    symmetric front-back or head-feet. ``lung_shift_hu`` moves the HU of the lung voxels only
+    (inspiration depth, emphysema: real lungs range from about -800 to -950 HU)."""
 
     probability: float = 0.3
     mirror: bool = False
@@ -309,12 +310,15 @@ class AugmentConfig:
     intensity_scale: float = 0.1
     noise_hu: float = 25.0
     blur_sigma_mm: float = 1.0
+    lung_shift_hu: tuple[float, float] = (-70.0, 30.0)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.probability <= 1.0:
             raise ConfigError(f"augment.probability: expected 0..1, got {self.probability}")
         if not 0 < self.scale[0] <= self.scale[1]:
             raise ConfigError(f"augment.scale: expected 0 < low <= high, got {list(self.scale)}")
+        if self.lung_shift_hu[0] > self.lung_shift_hu[1]:
+            raise ConfigError(f"augment.lung_shift_hu: expected low <= high, got {list(self.lung_shift_hu)}")
         for name in ("rotate_deg", "intensity_shift_hu", "intensity_scale", "noise_hu", "blur_sigma_mm"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"augment.{name}: expected >= 0, got {getattr(self, name)}")

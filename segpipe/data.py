@@ -568,6 +568,9 @@ def augment_patch(
     spatial_on = rng.random() < p and (cfg.rotate_deg > 0 or cfg.scale != (1.0, 1.0))  # type: ignore[attr-defined]
     if spatial_on or (cfg.elastic and rng.random() < p):  # type: ignore[attr-defined]
         img, lbl = _monai_spatial(img, lbl, cfg, int(rng.integers(2**31)), spatial_on)
+    lo, hi = cfg.lung_shift_hu  # type: ignore[attr-defined]
+    if rng.random() < p and (lo or hi):
+        img = np.where(lbl > 0, img + float(rng.uniform(lo, hi)), img).astype(np.float32)
     if rng.random() < p and cfg.intensity_scale > 0:  # type: ignore[attr-defined]
         # scale around water so air stays near air: a contrast change, not an offset
         img = (img + 1000.0) * float(rng.uniform(1 - cfg.intensity_scale, 1 + cfg.intensity_scale)) - 1000.0  # type: ignore[attr-defined]

@@ -218,3 +218,18 @@ def test_cache_fixed_size_coarse_mode(tmp_path: Path) -> None:
     image = io.read_image(root / "imagesTr" / "lung_000.nii.gz")
     expected = [n * s / m for n, s, m in zip(image.GetSize(), image.GetSpacing(), (8, 10, 12))]
     assert cached.coarse.spacing_xyz == pytest.approx(expected)
+
+
+def test_lung_shift_augmentation_moves_only_lung_voxels() -> None:
+    from segpipe.config import AugmentConfig
+
+    img = np.full((8, 8, 8), 40.0, np.float32)
+    lbl = np.zeros((8, 8, 8), np.uint8)
+    img[:, :, :4] = -850.0
+    lbl[:, :, :4] = 1
+    cfg = AugmentConfig(probability=1.0, rotate_deg=0, scale=(1.0, 1.0), intensity_shift_hu=0, intensity_scale=0,
+                        noise_hu=0, blur_sigma_mm=0, lung_shift_hu=(-80.0, -40.0))
+    out, out_lbl = data.augment_patch(img, lbl, cfg, np.random.default_rng(0))
+    shift = out[:, :, :4] - img[:, :, :4]
+    assert np.allclose(shift, shift.flat[0]) and -80 <= shift.flat[0] <= -40
+    assert np.array_equal(out[:, :, 4:], img[:, :, 4:]) and np.array_equal(out_lbl, lbl)

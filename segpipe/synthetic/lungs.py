@@ -105,7 +105,9 @@ def build_lungs(b: Body, rng: np.random.Generator) -> LungParts:
                       L["lung_min"] - 10, L["apex"] + 20 * S)
     cutters = list(b.cutters) + [spine, necks]
     lungs: dict[str, Shape] = {}
-    lung_hu = -800 - 95 * spec.breathing + rng.normal(0, 15)
+    # inspiration CTs of real lungs sit at about -850 to -930 HU (the COPDGene check case: median
+    # -911 at 4 mm); the range reaches down there so a model trained on phantoms has seen it
+    lung_hu = -790 - 140 * spec.breathing + rng.normal(0, 20)
     emphysema = rng.random() < spec.emphysema
     if emphysema:
         lung_hu -= rng.uniform(15, 45)
