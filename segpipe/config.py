@@ -342,6 +342,7 @@ class StageConfig:
         spacing_jitter: multi-scale training: each patch is resampled by a random factor in
             ``[1 - jitter, 1 + jitter]`` (0 turns it off).
         overlap: sliding-window overlap for validation and inference.
+        val_every: validate every this many epochs (and after the last one).
     """
 
     network: NetworkConfig = field(default_factory=NetworkConfig)
@@ -355,12 +356,13 @@ class StageConfig:
     fg_fraction: float = 0.5
     spacing_jitter: float = 0.0
     overlap: float = 0.25
+    val_every: int = 1
 
     def __post_init__(self) -> None:
         d = 2**self.network.depth
         if any(p < d or p % d for p in self.patch_xyz):
             raise ConfigError(f"patch_xyz: expected multiples of {d} (2**network.depth), got {list(self.patch_xyz)}")
-        for name in ("batch_size", "accumulation", "epochs", "steps_per_epoch"):
+        for name in ("batch_size", "accumulation", "epochs", "steps_per_epoch", "val_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: expected >= 1, got {getattr(self, name)}")
         if not self.lr > 0:

@@ -445,7 +445,8 @@ def train_stage(
         epoch_time = time.perf_counter() - t_epoch
 
         if dist_info.main:
-            scores = evaluate(model, val_vols, stage, cfg, device) if val_vols else {}
+            validate = bool(val_vols) and ((epoch + 1) % stage.val_every == 0 or epoch + 1 == stage.epochs)
+            scores = evaluate(model, val_vols, stage, cfg, device) if validate else {}
             peak = recorder.peak()
             row = {
                 "stage": stage_name, "epoch": epoch + 1, "step": global_step,
@@ -465,7 +466,8 @@ def train_stage(
             with metrics_path.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
             improved = scores.get("dice_mean", float("nan"))
-            is_best = not val_vols or (not math.isnan(improved) and improved > best.get("dice_mean", -1.0))
+            # without validation data the latest weights are the best known
+            is_best = not val_vols or (validate and not math.isnan(improved) and improved > best.get("dice_mean", -1.0))
             if is_best:
                 best = {k: v for k, v in scores.items()} or {"dice_mean": float("nan")}
                 best["epoch"] = epoch + 1

@@ -182,3 +182,11 @@ def test_model_file_round_trip_and_bad_files(tmp_path: Path) -> None:
         modelfile.load_model(tmp_path / "future.pt")
     with pytest.raises(ModelError, match="both stages"):
         modelfile.save_model(tmp_path / "half.pt", {}, {"coarse": {}})
+
+
+def test_validation_every_n_epochs(tmp_path: Path, cache_dir: Path) -> None:
+    cfg = tiny_config(cache_dir, coarse__epochs=3, coarse__val_every=2)
+    result = train.train(cfg, data_dir=SAMPLES, run_dir=tmp_path, progress=False)
+    validated = [r["epoch"] for r in result.history if "dice_mean" in r]
+    assert validated == [2, 3]  # every 2nd epoch and the last
+    assert result.best["coarse"]["epoch"] in (2, 3)
