@@ -223,7 +223,8 @@ def training_curves(metrics_path: str | Path, path: str | Path, *, dpi: int = 10
         ax.set_xlabel("epoch")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right")
     fig.tight_layout()
     _atomic_savefig(fig, out, dpi)
     plt.close(fig)
