@@ -189,3 +189,20 @@ def test_cuda_oom_falls_back_to_cpu_accumulation_then_cpu(model_path: Path, monk
     assert probs.shape == (3, 4, 4, 4)
     assert attempts == [("cuda", "cuda", 2), ("cuda", "cpu", 1), ("cpu", "cpu", 1)]
     assert len(notes) == 2 and "accumulation buffer on cpu" in notes[0] and "windows on cpu" in notes[1]
+
+
+def test_plan_jobs_names_and_errors(tmp_path: Path, scan: sitk.Image) -> None:
+    a = io.write_image(scan, tmp_path / "a.nii.gz")
+    b = io.write_image(scan, tmp_path / "b.mha")
+    jobs = infer.plan_jobs([a, b], tmp_path / "out")
+    assert [j.mask.name for j in jobs] == ["a_lungs.nii.gz", "b_lungs.nii.gz"]
+    assert jobs[0].report.name == "a_lungs.json" and jobs[0].qc.name == "a_lungs.png"
+    assert infer.plan_jobs([a], tmp_path / "mask.nrrd")[0].mask == tmp_path / "mask.nrrd"
+    with pytest.raises(InputError, match="names one file but there are 2 scans"):
+        infer.plan_jobs([a, b], tmp_path / "mask.nii.gz")
+    twin = io.write_image(scan, tmp_path / "a.mha")
+    with pytest.raises(InputError, match="both named 'a'"):
+        infer.plan_jobs([a, twin], tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no scans found"):
+        infer.plan_jobs([tmp_path / "empty"], None)
