@@ -21,9 +21,21 @@ __all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "spl
 _FULL = ndimage.generate_binary_structure(3, 1)
 
 
+def _label(mask: np.ndarray) -> tuple[np.ndarray, int]:
+    """6-connected components, as uint16 when they fit (half the memory of int32 on large
+    masks), else int32."""
+    try:
+        out = np.zeros(mask.shape, np.uint16)
+        n = ndimage.label(mask, structure=_FULL, output=out)
+        return out, int(n)
+    except RuntimeError:  # more than 65535 components
+        labels, n = ndimage.label(mask, structure=_FULL)
+        return labels, int(n)
+
+
 def largest_component(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Split a boolean mask into (largest 6-connected component, everything else)."""
-    labels, n = ndimage.label(mask, structure=_FULL)
+    labels, n = _label(mask)
     if n <= 1:
         return mask.astype(bool), np.zeros_like(mask, bool)
     sizes = np.bincount(labels.ravel())
@@ -39,7 +51,7 @@ def fill_holes(mask: np.ndarray) -> np.ndarray:
 
 def _touches(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per component of ``a``: a mask of the components that touch ``b`` (face neighbours)."""
-    labels, n = ndimage.label(a, structure=_FULL)
+    labels, n = _label(a)
     if n == 0:
         return np.zeros_like(a, bool)
     grown = ndimage.binary_dilation(b, structure=_FULL)
@@ -80,7 +92,7 @@ def clean_lungs(label: sitk.Image, *, min_volume_ml: float = 5.0) -> tuple[sitk.
     Returns:
         The cleaned label map (same geometry, uint8) and a list of warnings.
     """
-    full = sitk.GetArrayFromImage(label).astype(np.uint8)
+    full = np.array(sitk.GetArrayViewFromImage(label), dtype=np.uint8)  # one copy
     nonzero = np.nonzero(full.any(axis=(1, 2)))[0], np.nonzero(full.any(axis=(0, 2)))[0], np.nonzero(full.any(axis=(0, 1)))[0]
     if any(len(a) == 0 for a in nonzero):
         return spatial.copy_geometry(full, label), []
@@ -136,7 +148,7 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15) -> np.ndarray:
     largest) are sided by their mean x; a single component (lungs touching in front) is split
     per slice at its thinnest point near the middle. Smaller pieces are dropped.
     """
-    labels, n = ndimage.label(lungs, structure=_FULL)
+    labels, n = _label(lungs)
     out = np.zeros(lungs.shape, np.uint8)
     if n == 0:
         return out

@@ -371,10 +371,23 @@ def paste(crop: sitk.Image, into: sitk.Image) -> sitk.Image:
 def physical_centroid(label: sitk.Image, value: int) -> tuple[float, float, float] | None:
     """Mean LPS position (mm) of the voxels equal to ``value``; ``None`` if there are none."""
     array = sitk.GetArrayViewFromImage(label)
-    idx_zyx = np.nonzero(array == value)
-    if idx_zyx[0].size == 0:
-        return None
-    mean_xyz = np.array([idx_zyx[2].mean(), idx_zyx[1].mean(), idx_zyx[0].mean()])
+    mean_zyx = []
+    count = 0
+    for axis in range(3):  # projections instead of index arrays: no 3 x N int64 copy of a big mask
+        other = tuple(a for a in range(3) if a != axis)
+        hist = np.zeros(array.shape[axis], np.int64)
+        for z0 in range(0, array.shape[0], 64):
+            sub = array[z0 : z0 + 64] == value
+            part = sub.sum(axis=other, dtype=np.int64)
+            if axis == 0:
+                hist[z0 : z0 + len(part)] += part
+            else:
+                hist += part
+        count = int(hist.sum())
+        if count == 0:
+            return None
+        mean_zyx.append(float((hist * np.arange(len(hist))).sum() / count))
+    mean_xyz = np.array(mean_zyx[::-1])
     return tuple(_index_to_physical(label, mean_xyz[None])[0].tolist())  # type: ignore[return-value]
 
 
