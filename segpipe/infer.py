@@ -35,7 +35,7 @@ from segpipe._version import __version__
 from segpipe.config import NetworkConfig, StageConfig, from_dict
 from segpipe.errors import InputError, ModelError
 
-__all__ = ["LungSegmenter", "DEFAULT_MODEL", "Prediction", "Job", "plan_jobs", "run_jobs"]
+__all__ = ["LungSegmenter", "DEFAULT_MODEL", "Prediction", "Job", "plan_jobs", "run_jobs", "segment_job"]
 
 log = logging.getLogger("segpipe")
 
@@ -315,6 +315,22 @@ class LungSegmenter:
         }
         return Prediction(label, report)
 
+    def predict_file(
+        self,
+        input: str | Path,
+        output: str | Path,
+        *,
+        qc: bool = False,
+        overwrite: bool = True,
+        hu_offset: float = 0.0,
+        series_uid: str | None = None,
+    ) -> dict[str, Any]:
+        """Segment the scan at ``input`` (file or DICOM folder) and write the mask to
+        ``output`` with the input's exact geometry, plus ``<output stem>.json`` (the report)
+        and, with ``qc``, ``<output stem>.png``. Returns the report."""
+        job = Job(Path(input), io.check_output_path(output, overwrite=overwrite))
+        return segment_job(self, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid)
+
     def _lung_boxes(self, coarse_label: np.ndarray, coarse_img: sitk.Image) -> dict[str, spatial.Box]:
         """Physical box per lung from the coarse prediction, expanded by the training margin
         plus one coarse voxel. Sides come from geometry (:func:`segpipe.postprocess.split_sides`
@@ -474,10 +490,6 @@ def run_jobs(
     """Segment each job's scan and write mask, report (and QC picture); one summary line per
     scan. Scans with an existing mask are skipped unless ``overwrite``. Outputs are written
     atomically, the report last, so a mask never exists without being complete."""
-    import json
-
-    from segpipe.report import qc_picture
-
     lines = []
     if jobs:
         folder = jobs[0].mask.parent
@@ -494,20 +506,34 @@ def run_jobs(
         if job.mask.exists() and not overwrite:
             lines.append(f"skipped {job.input} ({job.mask} exists; --overwrite redoes it)")
             continue
-        result = segmenter.predict_with_report(job.input, hu_offset=hu_offset, series_uid=series_uid)
-        io.write_image(result.label, job.mask, compress=True)
-        result.report["output"] = str(job.mask)
-        if qc:
-            image = io.read_image(job.input, series_uid=series_uid)
-            qc_picture(image, result.label, job.qc, title=f"{job.input.name}: segpipe lungs")
-            result.report["qc"] = str(job.qc)
-        tmp = job.report.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result.report, indent=1))
-        tmp.replace(job.report)
-        v = result.report["volumes_ml"]
-        warn = f"; warnings: {'; '.join(result.report['warnings'])}" if result.report["warnings"] else ""
+        report = segment_job(segmenter, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid)
+        v = report["volumes_ml"]
+        warn = f"; warnings: {'; '.join(report['warnings'])}" if report["warnings"] else ""
         lines.append(
             f"wrote {job.mask}: right {v['right'] / 1000:.2f} L, left {v['left'] / 1000:.2f} L, "
-            f"{result.report['timings_s']['total_s']:.1f} s{warn}"
+            f"{report['timings_s']['total_s']:.1f} s{warn}"
         )
     return lines
+
+
+def segment_job(
+    segmenter: LungSegmenter, job: Job, *, qc: bool = False, hu_offset: float = 0.0, series_uid: str | None = None
+) -> dict[str, Any]:
+    """Segment one scan and write its mask, JSON report (and QC picture); return the report.
+    Everything is written atomically, the report last."""
+    import json
+
+    from segpipe.report import qc_picture
+
+    image = io.read_image(job.input, series_uid=series_uid)
+    result = segmenter.predict_with_report(image, hu_offset=hu_offset)
+    result.report["input"] = str(job.input)
+    io.write_image(result.label, job.mask, compress=True)
+    result.report["output"] = str(job.mask)
+    if qc:
+        qc_picture(image, result.label, job.qc, title=f"{job.input.name}: segpipe lungs")
+        result.report["qc"] = str(job.qc)
+    tmp = job.report.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result.report, indent=1))
+    tmp.replace(job.report)
+    return result.report

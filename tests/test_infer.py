@@ -206,3 +206,17 @@ def test_plan_jobs_names_and_errors(tmp_path: Path, scan: sitk.Image) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="no scans found"):
         infer.plan_jobs([tmp_path / "empty"], None)
+
+
+def test_predict_file_writes_mask_and_report(model_path: Path, scan: sitk.Image, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _force_boxes(monkeypatch)
+    src = io.write_image(spatial.reorient(scan, "LAS"), tmp_path / "in.nrrd")
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    report = seg.predict_file(src, tmp_path / "mask.nii.gz", qc=True)
+    mask = io.read_image(tmp_path / "mask.nii.gz")
+    assert spatial.same_geometry(mask, io.read_image(src), atol_mm=1e-4)  # NIfTI stores float32
+    assert json.loads((tmp_path / "mask.json").read_text())["volumes_ml"] == report["volumes_ml"]
+    assert (tmp_path / "mask.png").stat().st_size > 1000
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(mask), sitk.GetArrayViewFromImage(seg.predict(src)))
+    with pytest.raises(Exception, match="overwrite"):
+        seg.predict_file(src, tmp_path / "mask.nii.gz", overwrite=False)
