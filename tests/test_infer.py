@@ -217,6 +217,7 @@ def test_predict_file_writes_mask_and_report(model_path: Path, scan: sitk.Image,
     assert spatial.same_geometry(mask, io.read_image(src), atol_mm=1e-4)  # NIfTI stores float32
     assert json.loads((tmp_path / "mask.json").read_text())["volumes_ml"] == report["volumes_ml"]
     assert (tmp_path / "mask.png").stat().st_size > 1000
-    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(mask), sitk.GetArrayViewFromImage(seg.predict(src)))
+    again = seg.predict(src)  # keep the image alive while a view of it is used
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(mask), sitk.GetArrayViewFromImage(again))
     with pytest.raises(Exception, match="overwrite"):
         seg.predict_file(src, tmp_path / "mask.nii.gz", overwrite=False)
