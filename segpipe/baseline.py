@@ -27,7 +27,7 @@ import SimpleITK as sitk
 from scipy import ndimage
 
 from segpipe import spatial
-from segpipe.postprocess import split_sides
+from segpipe.postprocess import body_midline_x, split_sides
 from segpipe.io import validate_image
 
 __all__ = ["segment_lungs_classical"]
@@ -132,7 +132,7 @@ def segment_lungs_classical(
         seed = _trachea_seed(inside, spacing)
         if seed is not None:
             lungs &= ~_grow_airways(lungs, smooth, seed, airway_threshold_hu, tuple(reversed(spacing)))
-        out = split_sides(lungs, min_fraction=min_fraction)
+        out = split_sides(lungs, min_fraction=min_fraction, midline_x=body_midline_x(smooth))
         for value in (1, 2):
             filled = np.zeros_like(out, dtype=bool)
             for z in range(out.shape[0]):  # per slice: vessels are enclosed in 2D, not in 3D

@@ -336,9 +336,9 @@ class LungSegmenter:
         plus one coarse voxel. Sides come from geometry (:func:`segpipe.postprocess.split_sides`
         on the predicted lung), never from which class the network picked; a side smaller than
         20 mL counts as absent. The sided coarse mask is kept in ``self._coarse_sides``."""
-        from segpipe.postprocess import split_sides
+        from segpipe.postprocess import body_midline_x, split_sides
 
-        sides = split_sides(coarse_label > 0)
+        sides = split_sides(coarse_label > 0, midline_x=body_midline_x(sitk.GetArrayViewFromImage(coarse_img)))
         voxel_ml = spatial.voxel_volume_ml(coarse_img)
         for value in (1, 2):
             if np.count_nonzero(sides == value) * voxel_ml < 20.0:

@@ -16,7 +16,7 @@ from scipy import ndimage
 
 from segpipe import spatial
 
-__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "split_sides", "side_boundary"]
+__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "split_sides", "side_boundary", "body_midline_x"]
 
 _FULL = ndimage.generate_binary_structure(3, 1)
 
@@ -140,13 +140,17 @@ def _split_single(mask: np.ndarray) -> np.ndarray:
     return out
 
 
-def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15) -> np.ndarray:
+def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None) -> np.ndarray:
     """Label a lung mask by side from geometry alone: 1 right, 2 left.
 
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
     patient's left). The two largest components (each at least ``min_fraction`` of the
     largest) are sided by their mean x; a single component (lungs touching in front) is split
     per slice at its thinnest point near the middle. Smaller pieces are dropped.
+
+    With ``midline_x`` (the body's middle, in x index units), a single component that lies
+    almost entirely on one side of it (less than 10% of its voxels across) is one lung, sided
+    by that position: a scan with one lung is not cut in two.
     """
     labels, n = _label(lungs)
     out = np.zeros(lungs.shape, np.uint8)
@@ -162,8 +166,24 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15) -> np.ndarray:
         out[labels == right] = 1
         out[labels == left] = 2
     else:
-        out = _split_single(labels == big[0])
+        single = labels == big[0]
+        if midline_x is not None:
+            xs = np.nonzero(single.any(axis=(0, 1)))[0]
+            counts = single.sum(axis=(0, 1))
+            left_share = counts[xs[xs > midline_x]].sum() / max(1, counts.sum())
+            if left_share < 0.1 or left_share > 0.9:
+                out[single] = 2 if left_share > 0.5 else 1
+                return out
+        out = _split_single(single)
     return out
+
+
+def body_midline_x(hu_zyx: np.ndarray, threshold_hu: float = -500.0) -> float | None:
+    """Mean x index of the body (voxels above ``threshold_hu``, the table included, which is
+    centred too), or ``None`` when there is none."""
+    counts = (hu_zyx > threshold_hu).sum(axis=(0, 1))
+    total = counts.sum()
+    return float((counts * np.arange(len(counts))).sum() / total) if total else None
 
 
 def side_boundary(sides: np.ndarray) -> np.ndarray:

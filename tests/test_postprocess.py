@@ -84,3 +84,19 @@ def test_laterality_of_inference_is_physical() -> None:
         right = spatial.physical_centroid(cleaned, 1)
         left = spatial.physical_centroid(cleaned, 2)
         assert right is not None and left is not None and right[0] < left[0]
+
+
+def test_a_single_lung_is_not_cut_in_two() -> None:
+    only_right = _lungs() == 1
+    assert set(np.unique(postprocess.split_sides(only_right)).tolist()) == {0, 1, 2}  # no midline: split
+    sides = postprocess.split_sides(only_right, midline_x=19.5)
+    assert (sides[only_right] == 1).all()
+    only_left = _lungs() == 2
+    assert (postprocess.split_sides(only_left, midline_x=19.5)[only_left] == 2).all()
+    touching = _lungs() > 0
+    touching[3:17, 8:12, 17:23] = True
+    sides = postprocess.split_sides(touching, midline_x=19.5)  # straddles the midline: split
+    assert (sides[_lungs() == 1] == 1).all() and (sides[_lungs() == 2] == 2).all()
+    hu = np.full((4, 6, 40), -1000.0)
+    hu[:, :, 10:30] = 40.0
+    assert postprocess.body_midline_x(hu) == pytest.approx(19.5)
