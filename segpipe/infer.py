@@ -439,6 +439,14 @@ def _scans_in(folder: Path) -> list[Path]:
     return found
 
 
+def _dicom_name(folder: Path) -> str:
+    """A DICOM folder's case name: its own name, or its parent's when it has a generic one
+    (``LIDC-IDRI-0001/dicom`` -> ``LIDC-IDRI-0001``)."""
+    generic = {"dicom", "dcm", "series", "images", "image", "ct"}
+    folder = folder.resolve()
+    return folder.parent.name if folder.name.lower() in generic and folder.parent.name else folder.name
+
+
 def plan_jobs(inputs: list[str | Path], output: str | Path | None, *, shard: tuple[int, int] | None = None) -> list[Job]:
     """Expand inputs (files, DICOM folders, folders of scans) into jobs, apply ``shard``
     (every n-th scan from i, so cluster array jobs split a folder), and name the outputs
@@ -468,7 +476,7 @@ def plan_jobs(inputs: list[str | Path], output: str | Path | None, *, shard: tup
         if single_file:
             mask = Path(output)  # type: ignore[arg-type]
         else:
-            name = io.strip_suffix(scan) if scan.is_file() else scan.name
+            name = io.strip_suffix(scan) if scan.is_file() else _dicom_name(scan)
             if name in names:
                 raise InputError(f"two scans are both named {name!r}; process them into different folders")
             names.add(name)

@@ -191,6 +191,10 @@ def test_cuda_oom_falls_back_to_cpu_accumulation_then_cpu(model_path: Path, monk
     assert len(notes) == 2 and "accumulation buffer on cpu" in notes[0] and "windows on cpu" in notes[1]
 
 
+def make_small(scan: sitk.Image) -> sitk.Image:
+    return sitk.Cast(sitk.RegionOfInterest(scan, [16, 16, 4], [20, 20, 10]), sitk.sitkInt16)
+
+
 def test_plan_jobs_names_and_errors(tmp_path: Path, scan: sitk.Image) -> None:
     a = io.write_image(scan, tmp_path / "a.nii.gz")
     b = io.write_image(scan, tmp_path / "b.mha")
@@ -203,6 +207,12 @@ def test_plan_jobs_names_and_errors(tmp_path: Path, scan: sitk.Image) -> None:
     twin = io.write_image(scan, tmp_path / "a.mha")
     with pytest.raises(InputError, match="both named 'a'"):
         infer.plan_jobs([a, twin], tmp_path)
+    dicom = tmp_path / "LIDC-0001" / "dicom"
+    dicom.mkdir(parents=True)
+    from tests.test_io import _write_dicom_series
+
+    _write_dicom_series(dicom, make_small(scan), "1.2.826.0.1.3680043.2.1125.9.1")
+    assert infer.plan_jobs([dicom], tmp_path)[0].mask.name == "LIDC-0001_lungs.nii.gz"
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="no scans found"):
         infer.plan_jobs([tmp_path / "empty"], None)
