@@ -488,10 +488,12 @@ def train_stage(
                 training_curves(metrics_path, run_dir / "curves.png")
             except ImportError:  # matplotlib is a dependency; a broken install must not stop training
                 pass
+            dice_text = (
+                f"dice right {scores['dice_right']:.4f} left {scores['dice_left']:.4f}" if scores else "not validated"
+            )
             log.info(
-                "%s epoch %d/%d: loss %.4f, dice right %.4f left %.4f, %.2f s/step",
-                stage_name, epoch + 1, stage.epochs, row["loss"], scores.get("dice_right", float("nan")),
-                scores.get("dice_left", float("nan")), row["step_time_s"],
+                "%s epoch %d/%d: loss %.4f, %s, %.2f s/step",
+                stage_name, epoch + 1, stage.epochs, row["loss"], dice_text, row["step_time_s"],
             )
         _barrier(dist_info)
     best_state = model.state_dict()
