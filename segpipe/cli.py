@@ -354,7 +354,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
             cfg = dataclasses.replace(cfg, device=args.device)
         out = Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
         if args.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
-            return _relaunch_with_torchrun(args.nproc, out)
+            return _relaunch_with_torchrun(args.argv, args.nproc, out)
         from segpipe import train as train_mod
 
         if args.gpu_memory:
@@ -371,11 +371,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _relaunch_with_torchrun(nproc: int, out: Path) -> int:
-    """Run this same command under ``torchrun --standalone --nproc_per_node N`` (one machine)."""
+def _relaunch_with_torchrun(argv: list[str], nproc: int, out: Path) -> int:
+    """Run the command ``argv`` again under ``torchrun --standalone --nproc_per_node N`` (one
+    machine), without ``--nproc``."""
     import subprocess
 
-    argv = sys.argv[1:]
     cleaned: list[str] = []
     skip = False
     for a in argv:
@@ -480,7 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command as given, for commands that relaunch themselves (train --nproc)
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

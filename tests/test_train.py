@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -134,7 +132,7 @@ def test_gpu_memory_plan_goes_into_the_fine_stage(cache_dir: Path) -> None:
     assert cfg.fine.network.checkpointing == plan.checkpointing
 
 
-def test_two_process_ddp_on_cpu_trains_and_saves_one_model(tmp_path: Path, cache_dir: Path) -> None:
+def test_two_process_ddp_on_cpu_trains_and_saves_one_model(tmp_path: Path, cache_dir: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import yaml
 
     from segpipe.config import to_dict
@@ -143,13 +141,14 @@ def test_two_process_ddp_on_cpu_trains_and_saves_one_model(tmp_path: Path, cache
     path = tmp_path / "ddp.yaml"
     path.write_text(yaml.safe_dump(to_dict(cfg)))
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "segpipe", "train", "--config", str(path), "--data", str(SAMPLES),
-         "--out", str(out), "--nproc", "2", "--quiet"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.count("model: ") == 1  # rank 0 alone reports and saves
+    monkeypatch.chdir(tmp_path)
+    from segpipe.cli import main
+
+    # in-process: `segpipe train --nproc 2` relaunches this very command under torchrun
+    code = main(["train", "--config", str(path), "--data", str(SAMPLES), "--out", str(out), "--nproc", "2", "--quiet"])
+    captured = capfd.readouterr()
+    assert code == 0, captured.err[-2000:]
+    assert captured.out.count("model: ") == 1  # rank 0 alone reports and saves
     header, weights = modelfile.load_model(out / "model.pt")
     assert header["coarse"]["network"]["base_width"] == 4 and set(weights) == {"coarse", "fine"}
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
