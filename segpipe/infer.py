@@ -35,7 +35,7 @@ from segpipe._version import __version__
 from segpipe.config import NetworkConfig, StageConfig, from_dict
 from segpipe.errors import InputError, ModelError
 
-__all__ = ["LungSegmenter", "DEFAULT_MODEL", "Prediction", "Job", "plan_jobs", "run_jobs", "segment_job"]
+__all__ = ["LungSegmenter", "DEFAULT_MODEL", "Prediction", "Job", "plan_jobs", "run_jobs", "segment_job", "sliding_window_probs"]
 
 log = logging.getLogger("segpipe")
 
@@ -54,6 +54,37 @@ class Prediction:
 
 def _peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
+
+
+def sliding_window_probs(
+    net: Any,
+    array_zyx: np.ndarray,
+    stage: StageConfig,
+    window_hu: tuple[float, float],
+    device: Any,
+    *,
+    accumulate_on: Any | None = None,
+    sw_batch: int | None = None,
+    overlap: float | None = None,
+) -> Any:
+    """Class probabilities ``(C, Z, Y, X)`` (a CPU tensor) for a HU array: fixed
+    normalisation, then MONAI's sliding-window inferer with Gaussian blending, windows of the
+    stage's patch size run on ``device`` under inference mode and AMP, the accumulation buffer
+    on ``accumulate_on`` (default ``device``). Shared by inference and validation."""
+    import torch
+    from monai.inferers import sliding_window_inference
+
+    from segpipe.data import normalise_hu
+    from segpipe.device import autocast
+
+    accumulate_on = device if accumulate_on is None else accumulate_on
+    x = torch.from_numpy(normalise_hu(array_zyx, window_hu))[None, None].to(accumulate_on)
+    with torch.inference_mode(), autocast(device, stage.amp):
+        logits = sliding_window_inference(
+            x, roi_size=tuple(reversed(stage.patch_xyz)), sw_batch_size=sw_batch or stage.batch_size, predictor=net,
+            overlap=stage.overlap if overlap is None else overlap, mode="gaussian", sw_device=device, device=accumulate_on,
+        )
+    return torch.softmax(logits.float(), dim=1)[0].cpu()
 
 
 class LungSegmenter:
@@ -138,19 +169,9 @@ class LungSegmenter:
         return net.to(device).eval()
 
     def _predict_probs(self, net: Any, array_zyx: np.ndarray, stage: StageConfig, device: Any, accumulate_on: Any, sw_batch: int, overlap: float) -> Any:
-        import torch
-        from monai.inferers import sliding_window_inference
-
-        from segpipe.data import normalise_hu
-        from segpipe.device import autocast
-
-        x = torch.from_numpy(normalise_hu(array_zyx, self.window_hu))[None, None].to(accumulate_on)
-        with torch.inference_mode(), autocast(device, stage.amp):
-            logits = sliding_window_inference(
-                x, roi_size=tuple(reversed(stage.patch_xyz)), sw_batch_size=sw_batch, predictor=net,
-                overlap=overlap, mode="gaussian", sw_device=device, device=accumulate_on,
-            )
-        return torch.softmax(logits.float(), dim=1)[0].cpu()
+        return sliding_window_probs(
+            net, array_zyx, stage, self.window_hu, device, accumulate_on=accumulate_on, sw_batch=sw_batch, overlap=overlap
+        )
 
     def _fine_with_fallback(self, array_zyx: np.ndarray, notes: list[str]) -> Any:
         """Fine-stage probabilities (C, Z, Y, X) on the CPU, retrying after CUDA OOM."""

@@ -243,30 +243,12 @@ def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
 
 
 # ----------------------------------------------------------------------------- validation
-def sliding_window_predict(model: Any, image: Any, stage: StageConfig, device: Any, amp: bool, sw_device: Any | None = None) -> Any:
-    """Class probabilities (1, C, Z, Y, X) for a normalised (1, 1, Z, Y, X) tensor with MONAI's
-    sliding-window inferer (Gaussian blending; the accumulation buffer on ``image``'s device)."""
-    import torch
-    from monai.inferers import sliding_window_inference
-
-    from segpipe.device import autocast
-
-    roi = tuple(reversed(stage.patch_xyz))
-    with torch.inference_mode(), autocast(device, amp):
-        logits = sliding_window_inference(
-            image, roi_size=roi, sw_batch_size=stage.batch_size, predictor=model, overlap=stage.overlap,
-            mode="gaussian", sw_device=device if sw_device is None else sw_device, device=image.device,
-        )
-    return torch.softmax(logits.float(), dim=1)
-
-
 def evaluate(model: Any, volumes: list[data_mod.CachedVolume], stage: StageConfig, cfg: TrainConfig, device: Any) -> dict[str, float]:
     """Mean Dice per lung over ``volumes`` (whole cached volumes, sliding window), scored as
     inference uses each stage: the coarse stage's lung is sided by geometry
     (:func:`segpipe.postprocess.split_sides`); a fine crop is scored on lung vs background,
     under the side of the lung it was cut around."""
-    import torch
-
+    from segpipe.infer import sliding_window_probs
     from segpipe.metrics import dice
     from segpipe.postprocess import split_sides
 
@@ -275,8 +257,7 @@ def evaluate(model: Any, volumes: list[data_mod.CachedVolume], stage: StageConfi
     for vol in volumes:
         image, label = vol.load()
         label = np.asarray(label)
-        x = torch.from_numpy(data_mod.normalise_hu(image, cfg.intensity.window_hu))[None, None]
-        pred = sliding_window_predict(model, x, stage, device, stage.amp).argmax(1)[0].numpy()
+        pred = sliding_window_probs(model, np.asarray(image), stage, cfg.intensity.window_hu, device).argmax(0).numpy()
         if "_fine_" in vol.image.name:
             side = "right" if "_fine_right" in vol.image.name else "left"
             scores[side].append(dice(pred > 0, label > 0))
