@@ -66,7 +66,8 @@ class NetworkConfig:
 
     Args:
         in_channels: input channels (1 for CT).
-        num_classes: output classes including background (3: background, right, left lung).
+        num_classes: output classes including background: 3 (background, right, left lung) or 2
+            (lung vs background; inference takes the sides from geometry either way).
         depth: number of downsamplings; input sizes must be multiples of ``2**depth``.
         base_width: channels of the first stage (narrow by default).
         growth: channel multiplier per stage.
@@ -359,6 +360,11 @@ class StageConfig:
     val_every: int = 1
 
     def __post_init__(self) -> None:
+        if self.network.num_classes not in (2, 3):
+            raise ConfigError(
+                f"network.num_classes: expected 2 (lung vs background) or 3 (background, right, left) "
+                f"for a training stage, got {self.network.num_classes}"
+            )
         d = 2**self.network.depth
         if any(p < d or p % d for p in self.patch_xyz):
             raise ConfigError(f"patch_xyz: expected multiples of {d} (2**network.depth), got {list(self.patch_xyz)}")

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import SimpleITK as sitk
+from scipy import ndimage
 
 from segpipe import io, spatial
 from segpipe._version import __version__
@@ -357,9 +358,13 @@ class LungSegmenter:
         plus one coarse voxel. Sides come from geometry (:func:`segpipe.postprocess.split_sides`
         on the predicted lung), never from which class the network picked; a side smaller than
         20 mL counts as absent. The sided coarse mask is kept in ``self._coarse_sides``."""
-        from segpipe.postprocess import body_midline_x, split_sides
+        from segpipe.postprocess import body_interior, body_midline_x, split_sides
 
-        sides = split_sides(coarse_label > 0, midline_x=body_midline_x(sitk.GetArrayViewFromImage(coarse_img)))
+        hu = sitk.GetArrayViewFromImage(coarse_img)
+        # a lung lies inside the body: "lung" in the air around the patient is dropped (one
+        # coarse voxel of slack for partial volume at the chest wall)
+        inside = ndimage.binary_dilation(body_interior(hu), structure=ndimage.generate_binary_structure(3, 1))
+        sides = split_sides((coarse_label > 0) & inside, midline_x=body_midline_x(hu))
         voxel_ml = spatial.voxel_volume_ml(coarse_img)
         for value in (1, 2):
             if np.count_nonzero(sides == value) * voxel_ml < 20.0:

@@ -16,7 +16,7 @@ from scipy import ndimage
 
 from segpipe import spatial
 
-__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "split_sides", "side_boundary", "body_midline_x"]
+__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "split_sides", "side_boundary", "body_midline_x", "body_interior"]
 
 _FULL = ndimage.generate_binary_structure(3, 1)
 
@@ -184,6 +184,20 @@ def body_midline_x(hu_zyx: np.ndarray, threshold_hu: float = -500.0) -> float | 
     counts = (hu_zyx > threshold_hu).sum(axis=(0, 1))
     total = counts.sum()
     return float((counts * np.arange(len(counts))).sum() / total) if total else None
+
+
+def body_interior(hu_zyx: np.ndarray, threshold_hu: float = -500.0) -> np.ndarray:
+    """Voxels inside the body: per axial slice, what tissue above ``threshold_hu`` encloses
+    (the lungs and bowel gas are holes in the body's cross-section; the air around the
+    patient, the out-of-field padding and gaps under the table are not). Lungs never lie
+    outside it, so a "lung" there (outside air next to the patient) is a false positive."""
+    tissue = hu_zyx > threshold_hu
+    out = np.zeros(tissue.shape, bool)
+    cross = ndimage.generate_binary_structure(2, 1)
+    for z in range(tissue.shape[0]):
+        if tissue[z].any():
+            out[z] = ndimage.binary_fill_holes(tissue[z], structure=cross)
+    return out
 
 
 def side_boundary(sides: np.ndarray) -> np.ndarray:

@@ -242,6 +242,13 @@ def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
     return (1 - progress) ** 0.9
 
 
+def class_targets(label: Any, num_classes: int) -> Any:
+    """Training targets for a network with ``num_classes`` outputs: 3 keeps background /
+    right / left; 2 trains "lung vs background" (both lungs are class 1; inference decides
+    the sides from physical geometry, so a 2-class network does not spend capacity on them)."""
+    return (label > 0).to(label.dtype) if num_classes == 2 else label
+
+
 # ----------------------------------------------------------------------------- validation
 def evaluate(model: Any, volumes: list[data_mod.CachedVolume], stage: StageConfig, cfg: TrainConfig, device: Any) -> dict[str, float]:
     """Mean Dice per lung over ``volumes`` (whole cached volumes, sliding window), scored as
@@ -384,7 +391,7 @@ def train_stage(
         for batch in batches:
             data_wait += time.perf_counter() - t_ready
             x = batch["image"].to(device, non_blocking=True)
-            y = batch["label"].to(device, non_blocking=True)[:, None]
+            y = class_targets(batch["label"].to(device, non_blocking=True)[:, None], stage.network.num_classes)
             sync = pending + 1 == stage.accumulation
             ctx = train_model.no_sync() if dist_info.enabled and not sync else contextlib.nullcontext()
             with ctx, recorder.step():

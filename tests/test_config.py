@@ -28,6 +28,7 @@ def test_defaults_round_trip_through_dict() -> None:
         ({"spacing": {"fine_mm": [0, 1, 1]}}, "spacing.fine_mm: expected three positive numbers"),
         ({"optim": {"optimizer": "lion"}}, "optim.optimizer: expected adamw, adam or sgd"),
         ({"stages": "all"}, "stages: expected both, coarse or fine"),
+        ({"coarse": {"network": {"num_classes": 4}}}, "coarse.network.num_classes: expected 2 (lung vs background) or 3"),
         ({"spacing": {"coarse_size_xyz": [64, 64, 64]}}, "spacing.coarse_size_xyz: the fixed-size coarse mode"),
     ],
 )

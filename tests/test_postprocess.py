@@ -100,3 +100,19 @@ def test_a_single_lung_is_not_cut_in_two() -> None:
     hu = np.full((4, 6, 40), -1000.0)
     hu[:, :, 10:30] = 40.0
     assert postprocess.body_midline_x(hu) == pytest.approx(19.5)
+
+
+def test_body_interior_holds_the_lungs_not_the_air_around_the_patient() -> None:
+    hu = np.full((6, 60, 80), -1000.0, np.float32)  # air all around
+    yy, xx = np.mgrid[:60, :80]
+    body = ((yy - 30) / 20.0) ** 2 + ((xx - 40) / 35.0) ** 2 <= 1
+    hu[:, body] = 40.0
+    lung = ((yy - 30) / 12.0) ** 2 + ((xx - 25) / 8.0) ** 2 <= 1
+    hu[:, lung] = -850.0
+    hu[:, 55:58, 10:70] = 200.0  # the table: tissue-dense, apart from the body
+    hu[5] = -1000.0  # a slice past the patient
+    inside = postprocess.body_interior(hu)
+    assert inside[:5][:, lung].all()  # the lung is a hole in the body's cross-section
+    assert not inside[:5, 2, 2].any() and not inside[:5, 51:55, 40].any()  # outside air, gap above the table
+    assert not inside[5].any()
+    assert inside[:5][:, body].all()

@@ -108,6 +108,12 @@ def test_memory_is_flat_across_iterations(tmp_path: Path, cache_dir: Path) -> No
     assert rss[-1] - rss[1] < 64 * 2**20  # no growth beyond allocator noise after warm-up
 
 
+def test_two_class_targets_merge_the_lungs() -> None:
+    label = torch.tensor([[0, 1, 2, 2]])
+    assert train.class_targets(label, 2).tolist() == [[0, 1, 1, 1]]
+    assert train.class_targets(label, 3).tolist() == [[0, 1, 2, 2]]
+
+
 def test_lr_schedule() -> None:
     assert train.lr_factor(0, 100, 10, "poly") == pytest.approx(0.1)
     assert train.lr_factor(9, 100, 10, "poly") == pytest.approx(1.0)
