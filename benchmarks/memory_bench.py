@@ -14,14 +14,17 @@ Then the activation bytes of the plain-convolution variant (same widths) against
 network. Targets: checkpointing cuts saved bytes >= 3x at <= 40% extra step time; AMP cuts them
 >= 1.8x; bottleneck <= 0.5x plain-convolution.
 
-Run: ``python benchmarks/memory_bench.py [--sizes 96 128] [--repeats 3] [--device auto]``.
+Run: ``python benchmarks/memory_bench.py [--sizes 96 128] [--repeats 3] [--device auto] [--json OUT]``
+(``--json`` also writes the figures machine-readably, for ``benchmarks/report.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -94,8 +97,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--skip-plain-conv", action="store_true", help="skip the plain-convolution comparison")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
     device = resolve_device(args.device)
+    record: dict = {
+        "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(), "batch": args.batch,
+        "repeats": args.repeats, "parameters": sum(p.numel() for p in UNet3D().parameters()), "rows": [], "plain_conv": [],
+    }
     print(f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch}")
     print(f"default network: {sum(p.numel() for p in UNet3D().parameters()):,} parameters\n")
     header = (
@@ -119,6 +127,12 @@ def main() -> None:
                 f"{row['step']:>7.2f} {slow:>5.2f}x {row['step_cpu']:>6.2f} {slow_cpu:>5.2f}x",
                 flush=True,
             )
+            record["rows"].append({
+                "size": size, "setting": row["name"], "checkpointing": row["ckpt"], "amp": row["amp"],
+                "saved_bytes": m.saved_bytes, "est_activation_bytes": row["est"].activation_bytes, "cut": cut,
+                "peak_bytes": peak, "step_s": row["step"], "step_time_ratio": slow, "step_cpu_s": row["step_cpu"],
+                "step_cpu_ratio": slow_cpu, "runs_s": row["times"],
+            })
         by = {r["name"]: r for r in rows}
         cpu = {k: r["step_cpu"] for k, r in by.items()}
         print(
@@ -142,6 +156,12 @@ def main() -> None:
                 f"ratio {bottleneck / plain:.3f}",
                 flush=True,
             )
+            record["plain_conv"].append({"size": size, "bottleneck_saved_bytes": bottleneck, "plain_saved_bytes": plain,
+                                         "ratio": bottleneck / plain})
+    if args.json:
+        tmp = args.json.with_name(args.json.name + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(args.json)
 
 
 if __name__ == "__main__":

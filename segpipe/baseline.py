@@ -18,19 +18,25 @@ threshold, and that is exactly where the learned model must do better.
 
 Example:
     >>> label = segment_lungs_classical(segpipe.read_image("scan.nii.gz"))   # doctest: +SKIP
+    >>> segment_files(["scans/"], "baseline_masks/")   # <name>_lungs.nii.gz, as segpipe infer  # doctest: +SKIP
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import SimpleITK as sitk
 from scipy import ndimage
 
-from segpipe import spatial
-from segpipe.postprocess import body_midline_x, split_sides
+from segpipe import io, spatial
 from segpipe.io import validate_image
+from segpipe.postprocess import body_midline_x, split_sides
 
-__all__ = ["segment_lungs_classical"]
+__all__ = ["segment_lungs_classical", "ClassicalSegmenter", "segment_files"]
 
 _CROSS2 = ndimage.generate_binary_structure(2, 1)
 _CROSS3 = ndimage.generate_binary_structure(3, 1)
@@ -140,3 +146,77 @@ def segment_lungs_classical(
             out[filled & (out == 0)] = value
     result = spatial.copy_geometry(out, canonical)
     return spatial.from_canonical(result, image)
+
+
+class ClassicalSegmenter:
+    """:func:`segment_lungs_classical` behind the interface of
+    :class:`segpipe.infer.LungSegmenter` (``predict``, ``predict_with_report``), so the batch
+    tools of :mod:`segpipe.infer` (input discovery, output naming, reports) serve the baseline
+    unchanged. Keyword arguments go to :func:`segment_lungs_classical`."""
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+
+    def predict(self, image: sitk.Image | str | Path, *, hu_offset: float = 0.0, series_uid: str | None = None) -> sitk.Image:
+        """Segment the lungs: uint8 label image with exactly the input's geometry."""
+        return self.predict_with_report(image, hu_offset=hu_offset, series_uid=series_uid).label
+
+    def predict_with_report(
+        self, image: sitk.Image | str | Path, *, hu_offset: float = 0.0, series_uid: str | None = None
+    ) -> Any:
+        """As :meth:`predict`, plus a report (volumes in mL, timings, warnings) in a
+        :class:`segpipe.infer.Prediction`."""
+        from segpipe._version import __version__
+        from segpipe.infer import Prediction
+
+        t0 = time.perf_counter()
+        name = str(image) if isinstance(image, (str, Path)) else "image"
+        img = image if isinstance(image, sitk.Image) else io.read_image(image, series_uid=series_uid)
+        validate_image(img, name)
+        if hu_offset:
+            img = sitk.Cast(img, sitk.sitkFloat32) + float(hu_offset)
+        io.check_hu(img, name)  # thresholds in HU mean nothing on offset or normalised scans
+        label = segment_lungs_classical(img, **self.options)
+        label.CopyInformation(img)
+        arr = sitk.GetArrayViewFromImage(label)
+        voxel_ml = spatial.voxel_volume_ml(label)
+        volumes = {side: round(float(np.count_nonzero(arr == v)) * voxel_ml, 2) for side, v in (("right", 1), ("left", 2))}
+        report: dict[str, Any] = {
+            "segpipe_version": __version__,
+            "method": "classical baseline (segpipe.baseline.segment_lungs_classical)",
+            "input": name,
+            "size_xyz": list(img.GetSize()),
+            "spacing_xyz_mm": [round(s, 5) for s in img.GetSpacing()],
+            "volumes_ml": volumes,
+            "timings_s": {"total_s": round(time.perf_counter() - t0, 3)},
+            "hu_offset": hu_offset,
+            "options": dict(self.options),
+            "warnings": [f"no {side} lung found" for side, v in volumes.items() if v == 0],
+        }
+        return Prediction(label, report)
+
+
+def segment_files(
+    inputs: Sequence[str | Path],
+    output: str | Path | None = None,
+    *,
+    overwrite: bool = False,
+    qc: bool = False,
+    hu_offset: float = 0.0,
+    series_uid: str | None = None,
+    shard: tuple[int, int] | None = None,
+    progress: bool = True,
+) -> list[str]:
+    """Run the baseline on image files, DICOM folders or folders of scans, found and named as
+    ``segpipe infer`` does (:func:`segpipe.infer.plan_jobs`): ``<name>_lungs.nii.gz`` with the
+    input's exact geometry plus ``<name>_lungs.json`` in ``output`` (a folder, the current
+    folder by default, or a file name for one scan). Scans whose mask exists are skipped unless
+    ``overwrite``; ``shard=(i, n)`` takes every n-th scan from the i-th. Returns one line per
+    scan."""
+    from segpipe import infer
+
+    jobs = infer.plan_jobs(list(inputs), output, shard=shard)
+    return infer.run_jobs(
+        ClassicalSegmenter(), jobs, overwrite=overwrite, qc=qc, hu_offset=hu_offset,  # type: ignore[arg-type]
+        series_uid=series_uid, progress=progress,
+    )

@@ -415,19 +415,10 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
             "is processed scan by scan, skipping scans whose mask exists unless --overwrite."
         ),
     )
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="image file, DICOM folder, or folder of scans")
-    p.add_argument("-o", "--output", metavar="OUT",
-                   help="output file (one input) or folder (default: the current folder)")
+    _add_batch_arguments(p)
     p.add_argument("--model", metavar="FILE", help="model file from segpipe train (default: the bundled model)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto (CUDA when present)")
     p.add_argument("--fast", action="store_true", help="no window overlap in the fine stage (faster, rougher)")
-    p.add_argument("--qc", action="store_true", help="also write a QC picture per scan")
-    p.add_argument("--overwrite", action="store_true", help="redo scans whose outputs exist")
-    p.add_argument("--shard", type=_shard, metavar="I/N", help="process every N-th scan starting at I (cluster arrays)")
-    p.add_argument("--hu-offset", type=float, default=0.0, metavar="HU",
-                   help="add this to every voxel first (e.g. -1024 for scans stored as HU+1024)")
-    p.add_argument("--series", metavar="UID", help="DICOM series to read from a folder with several")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     def run(args: argparse.Namespace) -> int:
         from segpipe import infer
@@ -446,7 +437,103 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-_REGISTRARS = [_add_synth, _add_memory, _add_plan, _add_train, _add_infer, _add_info, _add_convert]
+def _add_batch_arguments(p: argparse.ArgumentParser) -> None:
+    """Inputs and outputs of the commands that segment scans in batches (infer, baseline)."""
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="image file, DICOM folder, or folder of scans")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="output file (one input) or folder (default: the current folder)")
+    p.add_argument("--qc", action="store_true", help="also write a QC picture per scan")
+    p.add_argument("--overwrite", action="store_true", help="redo scans whose outputs exist")
+    p.add_argument("--shard", type=_shard, metavar="I/N", help="process every N-th scan starting at I (cluster arrays)")
+    p.add_argument("--hu-offset", type=float, default=0.0, metavar="HU",
+                   help="add this to every voxel first (e.g. -1024 for scans stored as HU+1024)")
+    p.add_argument("--series", metavar="UID", help="DICOM series to read from a folder with several")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_baseline(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "baseline",
+        help="segment the lungs with the classical (threshold + morphology) baseline",
+        description=(
+            "Segment the lungs without a model: HU threshold, outside air removed, airways grown from the "
+            "trachea and removed, sides from physical x, holes filled (segpipe.baseline). Inputs and outputs "
+            "as for segpipe infer: writes <name>_lungs.nii.gz (uint8; 0 background, 1 right lung, 2 left "
+            "lung; exactly the input's size, spacing, origin and direction) and <name>_lungs.json (volumes, "
+            "time) per scan, so segpipe evaluate scores the baseline the same way as the model. Scans whose "
+            "mask exists are skipped unless --overwrite."
+        ),
+        epilog="Example: segpipe baseline scans/ -o baseline/ && segpipe evaluate --pred baseline/ --ref labels/",
+    )
+    _add_batch_arguments(p)
+
+    def run(args: argparse.Namespace) -> int:
+        from segpipe import baseline
+
+        for line in baseline.segment_files(
+            args.inputs, args.output, overwrite=args.overwrite, qc=args.qc, hu_offset=args.hu_offset,
+            series_uid=args.series, shard=args.shard, progress=not args.quiet,
+        ):
+            print(line)
+        return 0
+
+    p.set_defaults(handler=run)
+
+
+def _add_evaluate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="score predicted lung masks against reference masks (Dice, HD95, ASSD, volumes)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Score predicted lung masks against reference masks (labels 0 background, 1 right lung,
+2 left lung), per case and per lung: Dice, HD95 and ASSD in mm (the voxel spacing is
+respected), volume of prediction and reference in mL, volume error in mL and %. Then mean,
+median and worst (lowest Dice, largest HD95/ASSD, largest absolute volume error) per lung.
+Prints a table; --csv and --json also write it (atomically).
+
+Matching: --pred and --ref are label files or folders of them (NIfTI, NRRD, MHA; not
+recursive). A file's case name is its name without the image suffix and without a trailing
+"_lungs": pred/case_01_lungs.nii.gz (segpipe infer's output) matches ref/case_01.nii.gz,
+ref/case_01_lungs.nii.gz or ref/case_01.nrrd, and same names match. Two files
+(--pred FILE --ref FILE) are paired whatever their names; a file and a folder, with the
+folder's file of the same case. A case on one side only is an error unless --allow-missing,
+which skips it with a warning.
+
+Geometry: a prediction must have exactly its reference's size, spacing, origin and direction;
+otherwise the command stops with an error naming the case (nothing is resampled).
+
+Empty masks, per lung: both empty (a scan without lungs) -> Dice 1, HD95 0, ASSD 0; one empty
+-> Dice 0, HD95 and ASSD inf (null in JSON), left out of mean and median, and the worst.""",
+        epilog="Example: segpipe evaluate --pred masks/ --ref labelsTr/ --csv scores.csv --json scores.json",
+    )
+    p.add_argument("--pred", required=True, metavar="DIR_OR_FILE", help="predicted label file or folder")
+    p.add_argument("--ref", required=True, metavar="DIR_OR_FILE", help="reference label file or folder")
+    p.add_argument("--csv", metavar="FILE", help="write the rows and the summary as CSV")
+    p.add_argument("--json", metavar="FILE", help="write cases, summary and worst cases as JSON")
+    p.add_argument("--allow-missing", action="store_true", help="skip cases found on one side only (with a warning)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    def run(args: argparse.Namespace) -> int:
+        from segpipe import io, metrics
+
+        for out in (args.csv, args.json):  # fail before the long work
+            if out:
+                io.check_output_path(out, image=False)
+        result = metrics.evaluate_folders(args.pred, args.ref, allow_missing=args.allow_missing, progress=not args.quiet)
+        print(metrics.format_table(result))
+        if args.csv:
+            print(f"wrote {metrics.write_csv(result, args.csv)}")
+        if args.json:
+            print(f"wrote {metrics.write_json(result, args.json)}")
+        return 0
+
+    p.set_defaults(handler=run)
+
+
+_REGISTRARS = [
+    _add_synth, _add_memory, _add_plan, _add_train, _add_infer, _add_baseline, _add_evaluate, _add_info, _add_convert,
+]
 
 
 def _setup_logging(debug: bool) -> None:
@@ -454,9 +541,13 @@ def _setup_logging(debug: bool) -> None:
     import logging
 
     logger = logging.getLogger("segpipe")
-    if not logger.handlers:
+    ours = [h for h in logger.handlers if getattr(h, "segpipe_cli", False)]
+    if ours:  # main() called again in one process: follow the current sys.stderr
+        ours[0].stream = sys.stderr  # type: ignore[attr-defined]  # (setStream would flush a closed one)
+    elif not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("segpipe: %(levelname)s: %(message)s"))
+        handler.segpipe_cli = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
 

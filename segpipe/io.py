@@ -38,6 +38,7 @@ __all__ = [
     "read_image",
     "write_image",
     "check_output_path",
+    "write_text_atomic",
     "image_suffix",
     "strip_suffix",
     "list_dicom_series",
@@ -266,15 +267,21 @@ def read_image(path: str | Path, *, series_uid: str | None = None) -> sitk.Image
 
 
 # ----------------------------------------------------------------------------- writing
-def check_output_path(path: str | Path, *, overwrite: bool = True) -> Path:
+def check_output_path(path: str | Path, *, overwrite: bool = True, image: bool = True) -> Path:
     """Check that ``path`` can be written before doing long work; return it as a Path.
+
+    Args:
+        path: the file to write.
+        overwrite: whether an existing file may be replaced.
+        image: require an image suffix (see :data:`IMAGE_SUFFIXES`); False for other files
+            (CSV, JSON).
 
     Raises:
         OutputError: unsupported suffix, missing or non-writable folder, existing file when
             ``overwrite`` is False, or the path is a folder.
     """
     p = Path(path)
-    if not image_suffix(p):
+    if image and not image_suffix(p):
         raise OutputError(f"{p}: unsupported output type; expected one of {', '.join(IMAGE_SUFFIXES)}")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
@@ -339,6 +346,29 @@ def write_image(
             leftover.unlink()
         if tmp_dir.exists():
             tmp_dir.rmdir()
+    return p
+
+
+def write_text_atomic(path: str | Path, text: str, *, overwrite: bool = True) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically: a temporary file in the same folder, then
+    a rename, so readers never see a partial file. Returns the path.
+
+    Raises:
+        OutputError: missing or non-writable folder, the path is a folder, or it exists and
+            ``overwrite`` is False.
+    """
+    p = check_output_path(path, overwrite=overwrite, image=False)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return p
 
 
