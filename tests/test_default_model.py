@@ -1,0 +1,65 @@
+"""The bundled default model on the bundled chest scan: accuracy, laterality in physical space
+for another storage orientation, and a scan that holds only part of the lungs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+
+from segpipe import io, metrics, spatial
+from segpipe.infer import DEFAULT_MODEL, LungSegmenter
+
+ROOT = Path(__file__).resolve().parents[1]
+CHEST = ROOT / "data_samples" / "chest_512"
+
+pytestmark = pytest.mark.skipif(not DEFAULT_MODEL.is_file(), reason="bundled model missing")
+
+
+@pytest.fixture(scope="module")
+def segmenter() -> LungSegmenter:
+    return LungSegmenter.default(device="cpu")
+
+
+@pytest.fixture(scope="module")
+def chest() -> tuple[sitk.Image, sitk.Image]:
+    return io.read_image(CHEST / "imagesTr" / "phantom_000.nii.gz"), io.read_image(CHEST / "labelsTr" / "phantom_000.nii.gz")
+
+
+def _centroid_x(label: sitk.Image, value: int) -> float:
+    """Physical LPS x (mm, + = the patient's left) of the voxels with ``value``."""
+    idx = np.argwhere(sitk.GetArrayViewFromImage(label) == value)[:, ::-1].astype(float)
+    return float(np.mean([label.TransformContinuousIndexToPhysicalPoint(p)[0] for p in idx[:: max(1, len(idx) // 2000)]]))
+
+
+def test_bundled_model_segments_the_bundled_chest_scan(segmenter: LungSegmenter, chest: tuple[sitk.Image, sitk.Image]) -> None:
+    image, label = chest
+    pred = segmenter.predict(image)
+    assert spatial.same_geometry(pred, image, atol_mm=1e-6)
+    scores = metrics.lung_metrics(pred, label)
+    assert scores["right"]["dice"] > 0.93 and scores["left"]["dice"] > 0.93, scores
+    assert _centroid_x(pred, 1) < _centroid_x(pred, 2)  # label 1 on the patient's right (-x in LPS)
+
+
+def test_laterality_holds_for_another_storage_orientation(segmenter: LungSegmenter, chest: tuple[sitk.Image, sitk.Image]) -> None:
+    image, label = chest
+    flipped = spatial.reorient(image, "RAI")  # array order reversed on every axis
+    pred = segmenter.predict(flipped)
+    assert spatial.orientation_code(pred) == "RAI" and spatial.same_geometry(pred, flipped, atol_mm=1e-6)
+    scores = metrics.lung_metrics(pred, spatial.reorient(label, "RAI"))
+    assert scores["right"]["dice"] > 0.93 and scores["left"]["dice"] > 0.93, scores
+    assert _centroid_x(pred, 1) < _centroid_x(pred, 2)
+
+
+def test_partial_lungs_give_the_part_that_is_there(segmenter: LungSegmenter, chest: tuple[sitk.Image, sitk.Image]) -> None:
+    image, label = chest
+    lab = sitk.GetArrayViewFromImage(label)
+    z = np.flatnonzero((lab > 0).any(axis=(1, 2)))
+    keep = slice(0, int(z[0] + 0.4 * (z[-1] - z[0])))  # the lower 40% of the lungs (the apices cut off)
+    part, part_label = image[:, :, keep], label[:, :, keep]
+    pred = segmenter.predict(part)
+    assert spatial.same_geometry(pred, part, atol_mm=1e-6)
+    scores = metrics.lung_metrics(pred, part_label)
+    assert scores["right"]["dice"] > 0.85 and scores["left"]["dice"] > 0.85, scores
