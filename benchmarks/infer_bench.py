@@ -302,7 +302,6 @@ def _run_child(args: list[str], workdir: Path, tag: str, threads: int | None = N
 def _single_stage(seg: Any, path: Path, resample: str) -> Any:
     """Method (b): the fine network over the whole scan at the fine spacing (see module doc)."""
     import SimpleITK as sitk
-    from scipy import ndimage
 
     from segpipe import io, spatial
     from segpipe.infer import sliding_window_probs
@@ -317,31 +316,22 @@ def _single_stage(seg: Any, path: Path, resample: str) -> Any:
     )
     background = probs[0].numpy().copy()  # a copy, so the other channels can go
     del probs
-    inside = ndimage.binary_dilation(body_interior(hu), structure=ndimage.generate_binary_structure(3, 1))
-    sides = split_sides((background < 0.5) & inside, midline_x=body_midline_x(hu))
-    del hu, inside
-    if resample == "labels":
-        back = spatial.resample_to_reference(
-            spatial.copy_geometry(sides, fine),
-            canonical,
-            interpolator=sitk.sitkNearestNeighbor,
-            default_value=0,
-            output_pixel_type=sitk.sitkUInt8,
-        )
-    else:  # "probs": P(background) linearly back onto the whole grid at once, sides by nearest
+    sides = split_sides((background < 0.5) & body_interior(hu, slack_voxels=1), midline_x=body_midline_x(hu))
+    del hu
+    back = spatial.resample_to_reference(
+        spatial.copy_geometry(sides, fine),
+        canonical,
+        interpolator=sitk.sitkNearestNeighbor,
+        default_value=0,
+        output_pixel_type=sitk.sitkUInt8,
+    )
+    if resample == "probs":  # P(background) linearly back onto the whole grid at once, sides by nearest
         bg = sitk.GetImageFromArray(background)
         bg.CopyInformation(fine)
         bg_full = spatial.resample_to_reference(
             bg, canonical, interpolator=sitk.sitkLinear, default_value=1.0, output_pixel_type=sitk.sitkFloat32
         )
-        side_full = spatial.resample_to_reference(
-            spatial.copy_geometry(sides, fine),
-            canonical,
-            interpolator=sitk.sitkNearestNeighbor,
-            default_value=0,
-            output_pixel_type=sitk.sitkUInt8,
-        )
-        arr = sitk.GetArrayFromImage(side_full)
+        arr = sitk.GetArrayFromImage(back)
         arr[sitk.GetArrayViewFromImage(bg_full) >= 0.5] = 0
         back = spatial.copy_geometry(arr, canonical)
     label_c, _ = clean_lungs(back)

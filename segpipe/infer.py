@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import SimpleITK as sitk
-from scipy import ndimage
 
 from segpipe import io, spatial
 from segpipe._version import __version__
@@ -363,8 +362,7 @@ class LungSegmenter:
         hu = sitk.GetArrayViewFromImage(coarse_img)
         # a lung lies inside the body: "lung" in the air around the patient is dropped (one
         # coarse voxel of slack for partial volume at the chest wall)
-        inside = ndimage.binary_dilation(body_interior(hu), structure=ndimage.generate_binary_structure(3, 1))
-        sides = split_sides((coarse_label > 0) & inside, midline_x=body_midline_x(hu))
+        sides = split_sides((coarse_label > 0) & body_interior(hu, slack_voxels=1), midline_x=body_midline_x(hu))
         voxel_ml = spatial.voxel_volume_ml(coarse_img)
         for value in (1, 2):
             if np.count_nonzero(sides == value) * voxel_ml < 20.0:

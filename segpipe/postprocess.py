@@ -186,17 +186,20 @@ def body_midline_x(hu_zyx: np.ndarray, threshold_hu: float = -500.0) -> float | 
     return float((counts * np.arange(len(counts))).sum() / total) if total else None
 
 
-def body_interior(hu_zyx: np.ndarray, threshold_hu: float = -500.0) -> np.ndarray:
+def body_interior(hu_zyx: np.ndarray, threshold_hu: float = -500.0, *, slack_voxels: int = 0) -> np.ndarray:
     """Voxels inside the body: per axial slice, what tissue above ``threshold_hu`` encloses
     (the lungs and bowel gas are holes in the body's cross-section; the air around the
     patient, the out-of-field padding and gaps under the table are not). Lungs never lie
-    outside it, so a "lung" there (outside air next to the patient) is a false positive."""
+    outside it, so a "lung" there (outside air next to the patient) is a false positive.
+    ``slack_voxels`` grows the region (face neighbours) for partial volume at the skin."""
     tissue = hu_zyx > threshold_hu
     out = np.zeros(tissue.shape, bool)
     cross = ndimage.generate_binary_structure(2, 1)
     for z in range(tissue.shape[0]):
         if tissue[z].any():
             out[z] = ndimage.binary_fill_holes(tissue[z], structure=cross)
+    if slack_voxels:
+        out = ndimage.binary_dilation(out, structure=_FULL, iterations=slack_voxels)
     return out
 
 
