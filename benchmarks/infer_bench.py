@@ -588,6 +588,10 @@ def _parser() -> argparse.ArgumentParser:
         "--repeats", type=int, default=3, help="runs per scan and method; figures are medians (default 3)"
     )
     parser.add_argument(
+        "--lungmask-repeats", type=int, default=None, metavar="N",
+        help="runs of lungmask per scan (default: --repeats); its 2D network takes minutes on a full-size CPU scan",
+    )
+    parser.add_argument(
         "--threads", type=int, default=None, help="torch/OpenMP threads per child (default: torch's default)"
     )
     parser.add_argument(
@@ -627,6 +631,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.repeats < 1:
         parser.error(f"--repeats: expected at least 1, got {args.repeats}")
+    args.lungmask_repeats = args.repeats if args.lungmask_repeats is None else args.lungmask_repeats
+    if args.lungmask_repeats < 1:
+        parser.error(f"--lungmask-repeats: expected at least 1, got {args.lungmask_repeats}")
     if args.model is None:
         if not DEFAULT_MODEL.is_file():
             parser.error(f"no bundled model at {DEFAULT_MODEL}; pass --model FILE (a model written by 'segpipe train')")
@@ -658,6 +665,7 @@ def main(argv: list[str] | None = None) -> int:
             "model": str(args.model),
             "device": args.device,
             "repeats": args.repeats,
+            "lungmask_repeats": min(args.lungmask_repeats, args.repeats),
             "single_resample": args.single_resample,
             "lungmask_postprocess": args.lungmask_postprocess,
         },
@@ -671,6 +679,8 @@ def main(argv: list[str] | None = None) -> int:
             masks = {m: workdir / f"{name}_{m}_mask.npy" for m in ("cascade", "single")}
             for rep in range(args.repeats):  # methods interleaved, so machine noise hits them alike
                 for method in args.methods:
+                    if method == "lungmask" and rep >= args.lungmask_repeats:
+                        continue
                     keep_mask = masks.get(method) if rep == 0 else None
                     r = run_method(method, image, args, workdir, f"{name}_{method}_{rep}", keep_mask)
                     runs[method].append(r)

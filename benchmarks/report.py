@@ -72,7 +72,8 @@ def _run(script: str, args: list[str], threads: int | None = None) -> None:
 
 
 def run_infer(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    cmd = ["--sizes", *args.sizes, "--repeats", str(args.repeats), "--json", str(out), "--device", args.device]
+    cmd = ["--sizes", *args.sizes, "--repeats", str(args.repeats), "--lungmask-repeats", str(args.lungmask_repeats),
+           "--json", str(out), "--device", args.device]
     if args.model:
         cmd += ["--model", str(args.model)]
     if args.threads:
@@ -155,6 +156,8 @@ def header_section(info: dict[str, Any], args: argparse.Namespace, command: str)
         + (f" (commit `{info['git_commit']}`)" if info.get("git_commit") else ""),
         f"- **Model:** {model}; device `{args.device}`",
         f"- **Figures:** medians of {args.repeats} run{'s' if args.repeats != 1 else ''}"
+        + (f" (lungmask: {min(args.lungmask_repeats, args.repeats)}, its runs take minutes)"
+           if min(args.lungmask_repeats, args.repeats) != args.repeats else "")
         + (" (**quick mode**: small sizes only, not the published figures)" if args.quick else ""),
         "",
     ]
@@ -483,7 +486,8 @@ def reproduce_section(args: argparse.Namespace, command: str) -> list[str]:
         "",
         "```",
         command,
-        f"python benchmarks/infer_bench.py --sizes {' '.join(args.sizes)} --repeats {args.repeats}{model}{threads}",
+        f"python benchmarks/infer_bench.py --sizes {' '.join(args.sizes)} --repeats {args.repeats} "
+        f"--lungmask-repeats {args.lungmask_repeats}{model}{threads}",
         (f"OMP_NUM_THREADS={args.threads} " if args.threads else "")
         + f"python benchmarks/memory_bench.py --sizes {' '.join(map(str, args.memory_sizes))} --repeats {args.repeats}",
         "```",
@@ -524,6 +528,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--repeats", type=int, default=None, help="runs per figure, medians reported (default 3; quick: 1)"
     )
+    parser.add_argument(
+        "--lungmask-repeats", type=int, default=1, metavar="N",
+        help="runs of lungmask per scan (default 1: about 5 and 15 minutes on the full-size scans here)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes only, 1 run, one memory size: a fast check")
     parser.add_argument(
         "--sizes",
@@ -559,8 +567,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     args.repeats = args.repeats or (1 if args.quick else 3)
-    if args.repeats < 1:
-        parser.error(f"--repeats: expected at least 1, got {args.repeats}")
+    if args.repeats < 1 or args.lungmask_repeats < 1:
+        parser.error("--repeats and --lungmask-repeats: expected at least 1")
     args.sizes = args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)
     args.memory_sizes = args.memory_sizes or (QUICK_MEMORY_SIZES if args.quick else FULL_MEMORY_SIZES)
     if args.model is None and not args.skip_infer and args.infer_json is None:

@@ -332,6 +332,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="RUN_DIR", help="run folder (default: runs/<date-time>)")
     p.add_argument("--stage", choices=("both", "coarse", "fine"), help="stages to train (default: the config's, both)")
     p.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoints")
+    p.add_argument("--init", metavar="MODEL", help="fine-tune: start from this model file's weights ('default': the bundled model)")
     p.add_argument("--gpu-memory", metavar="SIZE", help="plan the fine stage for this GPU budget first (e.g. 8GiB)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="training device (default: the config's, auto)")
     p.add_argument("--nproc", type=_positive_int, default=1, help="processes on this machine (wraps torchrun)")
@@ -352,6 +353,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
             cfg = dataclasses.replace(cfg, stages=args.stage)
         if args.device:
             cfg = dataclasses.replace(cfg, device=args.device)
+        if args.init:
+            cfg = dataclasses.replace(cfg, init_model=args.init)
         out = Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
         if args.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
             return _relaunch_with_torchrun(args.argv, args.nproc, out)

@@ -300,7 +300,10 @@ class AugmentConfig:
     """Patch augmentation. Left-right mirroring swaps labels 1 and 2 (see
     :func:`segpipe.data.mirror_left_right`); other axes' flips are off: anatomy is not
     symmetric front-back or head-feet. ``lung_shift_hu`` moves the HU of the lung voxels only
-    (inspiration depth, emphysema: real lungs range from about -800 to -950 HU)."""
+    (inspiration depth, emphysema: real lungs range from about -800 to -950 HU).
+    ``lowres_zoom`` simulates a coarser scan (MONAI ``RandSimulateLowResolution``: down by a
+    factor drawn from the range, then back up); ``(1, 1)`` turns it off. Thick-slice or
+    down-sampled scans (e.g. 4 mm) look blurrier than any phantom rendered at the fine spacing."""
 
     probability: float = 0.3
     mirror: bool = False
@@ -312,6 +315,7 @@ class AugmentConfig:
     noise_hu: float = 25.0
     blur_sigma_mm: float = 1.0
     lung_shift_hu: tuple[float, float] = (-70.0, 30.0)
+    lowres_zoom: tuple[float, float] = (1.0, 1.0)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.probability <= 1.0:
@@ -320,6 +324,8 @@ class AugmentConfig:
             raise ConfigError(f"augment.scale: expected 0 < low <= high, got {list(self.scale)}")
         if self.lung_shift_hu[0] > self.lung_shift_hu[1]:
             raise ConfigError(f"augment.lung_shift_hu: expected low <= high, got {list(self.lung_shift_hu)}")
+        if not 0 < self.lowres_zoom[0] <= self.lowres_zoom[1] <= 1:
+            raise ConfigError(f"augment.lowres_zoom: expected 0 < low <= high <= 1, got {list(self.lowres_zoom)}")
         for name in ("rotate_deg", "intensity_shift_hu", "intensity_scale", "noise_hu", "blur_sigma_mm"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"augment.{name}: expected >= 0, got {getattr(self, name)}")
@@ -434,11 +440,17 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything ``segpipe train`` needs; the resolved copy goes into the model file."""
+    """Everything ``segpipe train`` needs; the resolved copy goes into the model file.
+
+    ``init_model``: start each trained stage from this segpipe model file's weights
+    (``"default"``: the bundled model) instead of random ones, to fine-tune it on new data;
+    the stage's network settings must match the file's.
+    """
 
     seed: int = 0
     device: str = "auto"
     stages: str = "both"
+    init_model: str | None = None
     spacing: SpacingConfig = field(default_factory=SpacingConfig)
     intensity: IntensityConfig = field(default_factory=IntensityConfig)
     data: DataConfig = field(default_factory=DataConfig)

@@ -557,8 +557,8 @@ def augment_patch(
     rng: np.random.Generator,
     spacing_zyx: tuple[float, float, float] = (1.0, 1.0, 1.0),
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Spatial (rotation, scale, optional elastic; MONAI) and intensity (shift, scale, noise,
-    blur) augmentation of one HU patch and its labels, each applied with ``cfg.probability``.
+    """Spatial (rotation, scale, optional elastic; MONAI) and intensity (shift, scale, low
+    resolution, blur, noise) augmentation of one HU patch and its labels, each applied with ``cfg.probability``.
     Left-right mirroring (``cfg.mirror``) goes through :func:`mirror_left_right`."""
     from scipy import ndimage as ndi
 
@@ -576,6 +576,9 @@ def augment_patch(
         img = (img + 1000.0) * float(rng.uniform(1 - cfg.intensity_scale, 1 + cfg.intensity_scale)) - 1000.0  # type: ignore[attr-defined]
     if rng.random() < p and cfg.intensity_shift_hu > 0:  # type: ignore[attr-defined]
         img = img + float(rng.uniform(-cfg.intensity_shift_hu, cfg.intensity_shift_hu))  # type: ignore[attr-defined]
+    zlo, zhi = getattr(cfg, "lowres_zoom", (1.0, 1.0))
+    if rng.random() < p and zlo < 1.0:
+        img = _simulate_low_resolution(img, (zlo, zhi), int(rng.integers(2**31)))
     if rng.random() < p and cfg.blur_sigma_mm > 0:  # type: ignore[attr-defined]
         sigma_mm = float(rng.uniform(0.2, 1.0)) * cfg.blur_sigma_mm  # type: ignore[attr-defined]
         img = ndi.gaussian_filter(img, [sigma_mm / s for s in spacing_zyx])
@@ -583,6 +586,18 @@ def augment_patch(
         sigma = float(rng.uniform(0, cfg.noise_hu))  # type: ignore[attr-defined]
         img = img + rng.normal(0.0, sigma, img.shape).astype(np.float32)
     return img.astype(np.float32, copy=False), lbl
+
+
+def _simulate_low_resolution(img: np.ndarray, zoom_range: tuple[float, float], seed: int) -> np.ndarray:
+    """MONAI's ``RandSimulateLowResolution`` (nnU-Net's transform): the patch is resampled
+    down by a factor from ``zoom_range`` (nearest) and back up (trilinear); labels unchanged."""
+    import torch
+    from monai.transforms import RandSimulateLowResolution
+
+    t = RandSimulateLowResolution(prob=1.0, zoom_range=zoom_range)
+    t.set_random_state(seed=seed)
+    out = t(torch.from_numpy(np.ascontiguousarray(img, dtype=np.float32))[None])
+    return np.asarray(out[0], dtype=np.float32)
 
 
 def _monai_spatial(

@@ -380,17 +380,19 @@ class LungSegmenter:
         """Fine stage for one lung: crop, resample, sliding window, then the probability of
         "any lung" (1 - background) back onto the crop's region of the original grid; voxels
         above 0.5 are marked in ``out`` (sides are assigned afterwards, from geometry)."""
-        crop = spatial.crop_to_box(canonical, box, pad_value=-1024)
-        fine = spatial.resample_image(crop, self.fine_mm)
-        crop_origin, crop_size = np.asarray(crop.GetOrigin()), np.asarray(crop.GetSize())
-        del crop  # the original-resolution crop is not needed any more
+        # the box's part of the fine grid of the whole scan (same lattice): the result does
+        # not depend on where exactly the box starts, and no original-resolution crop is copied
+        fine = spatial.resample_to_reference(
+            canonical, spatial.lattice_grid(canonical, self.fine_mm, box), interpolator=sitk.sitkLinear,
+            default_value=-1024.0, output_pixel_type=sitk.sitkFloat32,
+        )
         probs = self._fine_with_fallback(sitk.GetArrayFromImage(fine), notes)  # (C, z, y, x)
         background = sitk.GetImageFromArray(probs[0].numpy())
         del probs  # only the background channel is needed: lung = 1 - background
         background.CopyInformation(fine)
-        start = np.round(spatial._physical_to_index(canonical, crop_origin[None])[0]).astype(int)
+        start, stop = spatial.box_index_range(canonical, box)
         lo = np.maximum(start, 0)
-        hi = np.minimum(start + crop_size, np.asarray(canonical.GetSize()))
+        hi = np.minimum(stop, np.asarray(canonical.GetSize()))
         if np.any(hi <= lo):
             return
         # back onto the original grid in slabs of slices: a float copy of the whole crop at the

@@ -45,18 +45,53 @@ def largest_component(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fill_holes(mask: np.ndarray) -> np.ndarray:
-    """Fill cavities enclosed in 3D (e.g. a vessel or nodule missed inside the lung)."""
-    return ndimage.binary_fill_holes(mask, structure=_FULL)
+    """Fill cavities enclosed in 3D (e.g. a vessel or nodule missed inside the lung).
+
+    Same result as ``scipy.ndimage.binary_fill_holes`` with face connectivity, but computed
+    by labelling the background inside the mask's bounding box (plus one voxel) once: the
+    pieces that do not reach the box's faces are holes. Several times faster on a full
+    512x512 scan than scipy's repeated dilation from the border.
+    """
+    mask = np.asarray(mask, dtype=bool)
+    box = _bounding_box(mask, pad=1)
+    if box is None:
+        return mask.copy()
+    sub = mask[box]
+    labels, count = _label(~sub)
+    out = mask.copy()
+    if count == 0:
+        return out
+    faces = np.concatenate([
+        labels[0].ravel(), labels[-1].ravel(), labels[:, 0].ravel(), labels[:, -1].ravel(),
+        labels[:, :, 0].ravel(), labels[:, :, -1].ravel(),
+    ])
+    outside = np.zeros(count + 1, bool)
+    outside[faces] = True
+    outside[0] = True  # label 0 is the mask itself
+    out[box] |= ~outside[labels]
+    return out
 
 
 def _touches(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per component of ``a``: a mask of the components that touch ``b`` (face neighbours)."""
-    labels, n = _label(a)
-    if n == 0:
-        return np.zeros_like(a, bool)
-    grown = ndimage.binary_dilation(b, structure=_FULL)
+    """Per component of ``a``: a mask of the components that touch ``b`` (face neighbours).
+    Works inside ``a``'s bounding box plus one voxel."""
+    out = np.zeros(a.shape, bool)
+    box = _bounding_box(a, pad=1)
+    if box is None:
+        return out
+    labels, n = _label(a[box])
+    grown = ndimage.binary_dilation(b[box], structure=_FULL)
     touching = np.unique(labels[grown & (labels > 0)])
-    return np.isin(labels, touching[touching > 0])
+    out[box] = np.isin(labels, touching[touching > 0])
+    return out
+
+
+def _bounding_box(mask: np.ndarray, pad: int = 0) -> tuple[slice, ...] | None:
+    """Slices of ``mask``'s bounding box grown by ``pad`` voxels (clipped); None when empty."""
+    nonzero = [np.flatnonzero(mask.any(axis=tuple(a for a in range(mask.ndim) if a != ax))) for ax in range(mask.ndim)]
+    if any(len(n) == 0 for n in nonzero):
+        return None
+    return tuple(slice(max(int(n[0]) - pad, 0), int(n[-1]) + 1 + pad) for n in nonzero)
 
 
 def check_sides(label: sitk.Image) -> tuple[sitk.Image, list[str]]:
@@ -93,11 +128,10 @@ def clean_lungs(label: sitk.Image, *, min_volume_ml: float = 5.0) -> tuple[sitk.
         The cleaned label map (same geometry, uint8) and a list of warnings.
     """
     full = np.array(sitk.GetArrayViewFromImage(label), dtype=np.uint8)  # one copy
-    nonzero = np.nonzero(full.any(axis=(1, 2)))[0], np.nonzero(full.any(axis=(0, 2)))[0], np.nonzero(full.any(axis=(0, 1)))[0]
-    if any(len(a) == 0 for a in nonzero):
-        return spatial.copy_geometry(full, label), []
     # work inside the lungs' bounding box (plus one voxel): a fraction of a large scan
-    box = tuple(slice(max(a[0] - 1, 0), a[-1] + 2) for a in nonzero)
+    box = _bounding_box(full, pad=1)
+    if box is None:
+        return spatial.copy_geometry(full, label), []
     array = full[box]
     kept: dict[int, np.ndarray] = {}
     dropped: dict[int, np.ndarray] = {}

@@ -317,14 +317,39 @@ def box_from_mask(label: sitk.Image, values: int | tuple[int, ...] | None = None
     return Box(tuple(pts.min(0).tolist()), tuple(pts.max(0).tolist()))  # type: ignore[arg-type]
 
 
-def crop_to_box(image: sitk.Image, box: Box, *, pad_value: float = 0.0) -> sitk.Image:
-    """Crop ``image`` to the voxels whose centres cover ``box`` (mm), padding with
-    ``pad_value`` where the box leaves the image. Exact: no interpolation; the result keeps
-    spacing and direction, and its origin is the physical position of its first voxel."""
+def box_index_range(image: sitk.Image, box: Box) -> tuple[np.ndarray, np.ndarray]:
+    """Index range ``[lo, hi)`` (x, y, z) of the voxels of ``image`` that overlap ``box``
+    (mm); it may reach outside the image."""
     idx = _physical_to_index(image, _corners(box.lo_xyz, box.hi_xyz))
     # voxel i spans [i - 0.5, i + 0.5] in index units; keep those that overlap the box
     lo = np.floor(idx.min(0) + 0.5 + 1e-6).astype(int)
     hi = np.ceil(idx.max(0) - 0.5 - 1e-6).astype(int) + 1  # exclusive
+    return lo, hi
+
+
+def lattice_grid(image: sitk.Image, spacing_xyz: tuple[float, float, float], box: Box) -> sitk.Image:
+    """An empty grid (uint8 reference image) of ``spacing_xyz`` mm covering ``box``, whose
+    voxels are voxels of ``resample_to_spacing(image, spacing_xyz)``'s grid (extended beyond
+    the image where the box is): resampling ``image`` onto it gives exactly the values that
+    resampling the whole image would give there, wherever the box lies."""
+    spacing = np.asarray(_check_spacing(spacing_xyz))
+    direction = np.asarray(image.GetDirection()).reshape(3, 3)
+    _, first = _grid_for_spacing(image, tuple(spacing))  # type: ignore[arg-type]
+    idx = ((_corners(box.lo_xyz, box.hi_xyz) - np.asarray(first)) @ direction) / spacing
+    lo = np.floor(idx.min(0) + 1e-6).astype(int)
+    hi = np.ceil(idx.max(0) - 1e-6).astype(int)
+    ref = sitk.Image([int(v) for v in hi - lo + 1], sitk.sitkUInt8)
+    ref.SetSpacing(tuple(float(v) for v in spacing))
+    ref.SetDirection(image.GetDirection())
+    ref.SetOrigin(tuple(float(v) for v in np.asarray(first) + direction @ (lo * spacing)))
+    return ref
+
+
+def crop_to_box(image: sitk.Image, box: Box, *, pad_value: float = 0.0) -> sitk.Image:
+    """Crop ``image`` to the voxels whose centres cover ``box`` (mm), padding with
+    ``pad_value`` where the box leaves the image. Exact: no interpolation; the result keeps
+    spacing and direction, and its origin is the physical position of its first voxel."""
+    lo, hi = box_index_range(image, box)
     size = np.asarray(image.GetSize())
     in_lo = np.clip(lo, 0, size)
     in_hi = np.clip(hi, 0, size)

@@ -285,6 +285,24 @@ def _checkpoint_paths(run_dir: Path, stage: str) -> tuple[Path, Path]:
     return run_dir / f"{stage}_latest.pt", run_dir / f"{stage}_best.pt"
 
 
+def initial_weights(model_file: str, stage_name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The ``stage_name`` weights of a segpipe model file (``"default"``: the bundled one) for
+    fine-tuning; raises ConfigError when its network settings differ from ``settings``."""
+    from segpipe.infer import DEFAULT_MODEL
+    from segpipe.modelfile import load_model
+
+    path = DEFAULT_MODEL if model_file == "default" else Path(model_file)
+    header, weights = load_model(path)
+    theirs = header.get(stage_name, {}).get("network")
+    if theirs != settings:
+        diff = sorted(k for k in set(settings) | set(theirs or {}) if (theirs or {}).get(k) != settings.get(k))
+        raise ConfigError(
+            f"init_model: the {stage_name} network of {path} differs from the config's ({', '.join(diff)}); "
+            f"use the same {stage_name}.network settings as that model"
+        )
+    return weights[stage_name]
+
+
 def _stage_header(stage_name: str, stage: StageConfig, model: Any) -> dict[str, Any]:
     return {"network": model.settings(), "patch_xyz": list(stage.patch_xyz), "overlap": stage.overlap,
             "batch_size": stage.batch_size, "amp": stage.amp, "stage": stage_name}
@@ -323,6 +341,10 @@ def train_stage(
         torch.cuda.set_device(device)
     torch.manual_seed(cfg.seed)
     model = build_network(stage.network).to(device)
+    if cfg.init_model and not (resume and _checkpoint_paths(run_dir, stage_name)[0].is_file()):
+        model.load_state_dict(initial_weights(cfg.init_model, stage_name, model.settings()))
+        if dist_info.main:
+            log.info("%s stage starts from the weights in %s", stage_name, cfg.init_model)
     train_model: nn.Module = model
     if dist_info.enabled:
         train_model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -528,6 +550,12 @@ def train(
 
     from segpipe.device import resolve_device
 
+    stages = ("coarse", "fine") if cfg.stages == "both" else (cfg.stages,)
+    if cfg.init_model:  # fail before the data are prepared
+        from segpipe.network import build_network
+
+        for stage_name in stages:
+            initial_weights(cfg.init_model, stage_name, build_network(getattr(cfg, stage_name).network).settings())
     dist_info = _init_distributed(resolve_device(cfg.device).type)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -548,7 +576,6 @@ def train(
     _barrier(dist_info)
     if not dist_info.main:  # the cache is built by now: every other rank only reads it
         train_cases, val_cases, summary = prepare_data(cfg, data_dir, cache_dir, progress=False)
-    stages = ("coarse", "fine") if cfg.stages == "both" else (cfg.stages,)
     results: dict[str, dict[str, Any]] = {}
     for stage_name in stages:
         vols = _stage_volumes(train_cases, stage_name)

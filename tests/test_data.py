@@ -233,3 +233,25 @@ def test_lung_shift_augmentation_moves_only_lung_voxels() -> None:
     shift = out[:, :, :4] - img[:, :, :4]
     assert np.allclose(shift, shift.flat[0]) and -80 <= shift.flat[0] <= -40
     assert np.array_equal(out[:, :, 4:], img[:, :, 4:]) and np.array_equal(out_lbl, lbl)
+
+
+def test_low_resolution_augmentation_blurs_edges_and_keeps_labels() -> None:
+    from segpipe.config import AugmentConfig
+    from segpipe.errors import ConfigError
+
+    img = np.full((32, 32, 32), 40.0, np.float32)
+    lbl = np.zeros((32, 32, 32), np.uint8)
+    img[:, :, :16] = -850.0
+    lbl[:, :, :16] = 1
+    off = dict(rotate_deg=0, scale=(1.0, 1.0), intensity_shift_hu=0, intensity_scale=0, noise_hu=0, blur_sigma_mm=0,
+               lung_shift_hu=(0.0, 0.0))
+    out, out_lbl = data.augment_patch(img, lbl, AugmentConfig(probability=1.0, lowres_zoom=(0.25, 0.3), **off), np.random.default_rng(0))
+    assert out.shape == img.shape and out.dtype == np.float32 and np.array_equal(out_lbl, lbl)
+    # a sharp edge becomes a ramp of several voxels; far from it the values stay
+    profile = out[16, 16]
+    assert np.count_nonzero((profile > -800) & (profile < -10)) >= 2
+    assert profile[0] == pytest.approx(-850.0, abs=1) and profile[-1] == pytest.approx(40.0, abs=1)
+    same, _ = data.augment_patch(img, lbl, AugmentConfig(probability=1.0, **off), np.random.default_rng(0))
+    assert np.array_equal(same, img)  # (1, 1): off
+    with pytest.raises(ConfigError, match="lowres_zoom"):
+        AugmentConfig(lowres_zoom=(0.5, 1.5))

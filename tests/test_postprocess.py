@@ -116,3 +116,24 @@ def test_body_interior_holds_the_lungs_not_the_air_around_the_patient() -> None:
     assert not inside[:5, 2, 2].any() and not inside[:5, 51:55, 40].any()  # outside air, gap above the table
     assert not inside[5].any()
     assert inside[:5][:, body].all()
+
+
+def test_fill_holes_equals_scipy_with_face_connectivity() -> None:
+    from scipy import ndimage
+
+    rng = np.random.default_rng(7)
+    for i in range(40):
+        shape = tuple(int(v) for v in rng.integers(2, 24, 3))
+        mask = rng.random(shape) < rng.uniform(0.2, 0.95)
+        if i % 2:
+            mask = ndimage.binary_opening(mask)
+        expected = ndimage.binary_fill_holes(mask, structure=ndimage.generate_binary_structure(3, 1))
+        assert np.array_equal(postprocess.fill_holes(mask), expected), (i, shape)
+    # a cavity is filled; a tunnel to the border (here: along the last axis) is not
+    shell = np.zeros((9, 9, 9), bool)
+    shell[1:8, 1:8, 1:8] = True
+    shell[3:6, 3:6, 3:6] = False
+    assert postprocess.fill_holes(shell)[4, 4, 4]
+    shell[4, 4, 6:] = False
+    assert not postprocess.fill_holes(shell)[4, 4, 4]
+    assert not postprocess.fill_holes(np.zeros((4, 4, 4), bool)).any()

@@ -182,3 +182,28 @@ def test_physical_centroid_follows_the_patient_not_the_array(orientation: str) -
     assert right is not None and left is not None
     assert right[0] == pytest.approx(4.5) and left[0] == pytest.approx(14.5)
     assert spatial.physical_centroid(label, 3) is None
+
+
+@pytest.mark.parametrize("orientation", ["LPS", "RAI", "LAS"])
+def test_lattice_grid_gives_the_whole_scans_fine_voxels_wherever_the_box_lies(orientation: str) -> None:
+    image = make_volume((40, 36, 20), (0.7, 0.9, 2.5), orientation=orientation, dtype=np.float32)
+    fine_mm = (1.5, 1.5, 1.5)
+    whole = spatial.resample_image(image, fine_mm)
+    whole_arr = sitk.GetArrayFromImage(whole)
+    lo_img = np.asarray(image.TransformContinuousIndexToPhysicalPoint((0, 0, 0)))
+    hi_img = np.asarray(image.TransformContinuousIndexToPhysicalPoint([s - 1 for s in image.GetSize()]))
+    lo_all, hi_all = np.minimum(lo_img, hi_img), np.maximum(lo_img, hi_img)
+    for shift in (0.0, 0.37, 1.1):  # boxes that start anywhere between lattice points
+        box = spatial.Box(tuple(lo_all + (hi_all - lo_all) * 0.2 + shift), tuple(lo_all + (hi_all - lo_all) * 0.7 + shift))
+        ref = spatial.lattice_grid(image, fine_mm, box)
+        part = spatial.resample_to_reference(image, ref, default_value=-1024.0, output_pixel_type=sitk.sitkFloat32)
+        # every voxel of the part is a voxel of the whole scan's fine grid, with the same value
+        start = np.round(np.asarray(whole.TransformPhysicalPointToContinuousIndex(ref.GetOrigin()))).astype(int)
+        assert np.allclose(whole.TransformIndexToPhysicalPoint([int(v) for v in start]), ref.GetOrigin(), atol=1e-6)
+        sx, sy, sz = ref.GetSize()
+        block = whole_arr[start[2]:start[2] + sz, start[1]:start[1] + sy, start[0]:start[0] + sx]
+        assert np.allclose(sitk.GetArrayViewFromImage(part), block, atol=1e-3)
+        # and the part covers the box
+        corners = [ref.TransformContinuousIndexToPhysicalPoint((0, 0, 0)), ref.TransformContinuousIndexToPhysicalPoint([s - 1 for s in ref.GetSize()])]
+        c = np.sort(np.asarray(corners), axis=0)
+        assert np.all(c[0] <= np.asarray(box.lo_xyz) + 1e-6) and np.all(c[1] >= np.asarray(box.hi_xyz) - 1e-6)

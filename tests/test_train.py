@@ -195,3 +195,27 @@ def test_validation_every_n_epochs(tmp_path: Path, cache_dir: Path) -> None:
     validated = [r["epoch"] for r in result.history if "dice_mean" in r]
     assert validated == [2, 3]  # every 2nd epoch and the last
     assert result.best["coarse"]["epoch"] in (2, 3)
+
+
+def test_init_model_starts_from_the_files_weights_and_checks_the_network(tmp_path: Path, cache_dir: Path) -> None:
+    from segpipe.errors import ConfigError
+
+    first = tiny_config(cache_dir, stages="both", coarse__epochs=1, fine__epochs=1)
+    model = train.train(first, data_dir=SAMPLES, run_dir=tmp_path / "first", progress=False).model_path
+    _, saved = modelfile.load_model(model)
+    # zero steps of training: the stage is exactly the file's weights
+    cfg = tiny_config(cache_dir, init_model=str(model), coarse__steps_per_epoch=1, coarse__lr=1e-12, coarse__epochs=1)
+    train.train(cfg, data_dir=SAMPLES, run_dir=tmp_path / "tuned", progress=False)
+    tuned = _weights(tmp_path / "tuned")
+    scratch_cfg = tiny_config(cache_dir, coarse__steps_per_epoch=1, coarse__lr=1e-12, coarse__epochs=1)
+    train.train(scratch_cfg, data_dir=SAMPLES, run_dir=tmp_path / "scratch", progress=False)
+    scratch = _weights(tmp_path / "scratch")
+    conv = next(k for k in saved["coarse"] if k.endswith("weight") and saved["coarse"][k].ndim == 5)
+    assert torch.allclose(tuned[conv], saved["coarse"][conv], atol=1e-6)
+    assert not torch.allclose(scratch[conv], saved["coarse"][conv], atol=1e-3)
+    wider = tiny_config(cache_dir, init_model=str(model), coarse__network={"base_width": 8, "max_width": 16, "blocks_per_stage": 1})
+    with pytest.raises(ConfigError, match="init_model: the coarse network .* differs .*base_width"):
+        train.train(wider, data_dir=SAMPLES, run_dir=tmp_path / "wider", progress=False)
+    assert not (tmp_path / "wider" / "config.yaml").exists()  # refused before anything is written
+    with pytest.raises(ModelError, match="not found"):
+        train.train(tiny_config(cache_dir, init_model=str(tmp_path / "nope.pt")), data_dir=SAMPLES, run_dir=tmp_path / "x", progress=False)
