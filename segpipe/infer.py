@@ -362,7 +362,8 @@ class LungSegmenter:
         hu = sitk.GetArrayViewFromImage(coarse_img)
         # a lung lies inside the body: "lung" in the air around the patient is dropped (one
         # coarse voxel of slack for partial volume at the chest wall)
-        sides = split_sides((coarse_label > 0) & body_interior(hu, slack_voxels=1), midline_x=body_midline_x(hu))
+        self._coarse_body = body_interior(hu, slack_voxels=1)
+        sides = split_sides((coarse_label > 0) & self._coarse_body, midline_x=body_midline_x(hu))
         voxel_ml = spatial.voxel_volume_ml(coarse_img)
         for value in (1, 2):
             if np.count_nonzero(sides == value) * voxel_ml < 20.0:
@@ -413,22 +414,28 @@ class LungSegmenter:
 
     def _assign_sides(self, out: np.ndarray, canonical: sitk.Image, coarse_img: sitk.Image) -> None:
         """Turn the lung voxels of ``out`` (canonical grid) into 1 (right) / 2 (left) with the
-        per-row boundary between the coarse stage's sided lungs (physical geometry)."""
+        per-row boundary between the coarse stage's sided lungs (physical geometry). Voxels
+        outside the body (the coarse body mask, one coarse voxel of slack) are cleared: air
+        around the patient inside a lung's box is never lung."""
         from segpipe.postprocess import side_boundary
 
         boundary_c = side_boundary(self._coarse_sides)
         sp_f = np.asarray(canonical.GetSpacing())
         sp_c = np.asarray(coarse_img.GetSpacing())
         fz, fy, fx = out.shape
-        cz, cy, _ = boundary_c.shape + (0,)
+        cz, cy, cx = self._coarse_body.shape
         kc = np.clip(np.round((np.arange(fz) + 0.5) * sp_f[2] / sp_c[2] - 0.5).astype(int), 0, cz - 1)
         jc = np.clip(np.round((np.arange(fy) + 0.5) * sp_f[1] / sp_c[1] - 0.5).astype(int), 0, cy - 1)
+        ic = np.clip(np.round((np.arange(fx) + 0.5) * sp_f[0] / sp_c[0] - 0.5).astype(int), 0, cx - 1)
         xs = np.arange(fx)
         for z in range(fz):
             sl = out[z]
             lung = sl > 0
             if not lung.any():
                 continue
+            inside = self._coarse_body[kc[z]][np.ix_(jc, ic)]
+            sl[lung & ~inside] = 0
+            lung &= inside
             bf = (boundary_c[kc[z], jc] + 0.5) * sp_c[0] / sp_f[0] - 0.5  # (fy,) in full-grid x units
             right = xs[None, :] < bf[:, None]
             sl[lung & right] = 1

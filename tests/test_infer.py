@@ -17,6 +17,7 @@ from segpipe.cli import main
 from segpipe.config import NetworkConfig
 from segpipe.errors import InputError, ModelError
 from segpipe.network import build_network
+from segpipe.postprocess import body_interior
 
 
 def _stage(net: NetworkConfig, patch: list[int]) -> dict:
@@ -62,6 +63,7 @@ def _force_boxes(monkeypatch: pytest.MonkeyPatch) -> None:
         sides[:, :, 1 : nx // 2 - 1] = 1  # canonical LPS: low x is the patient's right
         sides[:, :, nx // 2 + 1 : -1] = 2
         self._coarse_sides = sides
+        self._coarse_body = body_interior(sitk.GetArrayViewFromImage(coarse_img), slack_voxels=1)
         return {
             "right": spatial.Box((lo[0] + 20, lo[1] + 20, lo[2] + 10), (mid, hi[1] - 20, hi[2] - 10)),
             "left": spatial.Box((mid - 10, lo[1] + 20, lo[2] + 10), (hi[0] - 20, hi[1] - 20, hi[2] - 10)),
@@ -231,3 +233,15 @@ def test_predict_file_writes_mask_and_report(model_path: Path, scan: sitk.Image,
     np.testing.assert_array_equal(sitk.GetArrayViewFromImage(mask), sitk.GetArrayViewFromImage(again))
     with pytest.raises(Exception, match="overwrite"):
         seg.predict_file(src, tmp_path / "mask.nii.gz", overwrite=False)
+
+
+def test_air_around_the_patient_inside_a_box_is_never_lung(model_path: Path, scan: sitk.Image, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The untrained fine net calls dark voxels lung, so the outside air in the boxes' corners
+    would be lung without the body rule."""
+    _force_boxes(monkeypatch)
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    pred = sitk.GetArrayFromImage(seg.predict(scan))
+    hu = sitk.GetArrayFromImage(scan)
+    outside = ~body_interior(hu, slack_voxels=3)
+    assert np.count_nonzero(outside & (hu < -900)) > 1000  # there is air around the patient
+    assert pred.any() and not (pred > 0)[outside].any()
