@@ -31,6 +31,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
 def _int_triple(text: str) -> tuple[int, int, int]:
     """``96`` or ``96,96,64`` -> (96, 96, 64) (x, y, z)."""
     parts = [p for p in text.replace("x", ",").split(",") if p.strip()]
@@ -422,13 +432,18 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", metavar="FILE", help="model file from segpipe train (default: the bundled model)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto (CUDA when present)")
     p.add_argument("--fast", action="store_true", help="no window overlap in the fine stage (faster, rougher)")
+    p.add_argument("--min-lung-ml", type=_non_negative_float, default=None, metavar="ML",
+                   help="smallest lung (mL the coarse stage is sure of) that counts as found; smaller finds "
+                        "are taken for bowel gas (default 50; lower it for abdominal scans with thin lung bases)")
 
     def run(args: argparse.Namespace) -> int:
         from segpipe import infer
 
         jobs = infer.plan_jobs(args.inputs, args.output, shard=args.shard)
-        seg = (infer.LungSegmenter.from_file(args.model, device=args.device, fast=args.fast)
-               if args.model else infer.LungSegmenter.default(device=args.device, fast=args.fast))
+        opts: dict = {"device": args.device, "fast": args.fast}
+        if args.min_lung_ml is not None:
+            opts["min_lung_ml"] = args.min_lung_ml
+        seg = infer.LungSegmenter.from_file(args.model, **opts) if args.model else infer.LungSegmenter.default(**opts)
         results = infer.run_jobs(
             seg, jobs, overwrite=args.overwrite, qc=args.qc, hu_offset=args.hu_offset,
             series_uid=args.series, progress=not args.quiet,

@@ -42,6 +42,8 @@ log = logging.getLogger("segpipe")
 DEFAULT_MODEL = Path(__file__).resolve().parent / "weights" / "default.pt"
 _SIDES = (("right", 1), ("left", 2))
 _SLAB = 32  # slices per slab when probabilities go back to the original grid
+MIN_LUNG_ML = 50.0  # default of LungSegmenter(min_lung_ml=...)
+_CONFIDENT = 0.9  # coarse lung probability that counts towards min_lung_ml
 
 
 @dataclass
@@ -98,6 +100,10 @@ class LungSegmenter:
             borders between windows).
         sw_batch_size: windows per forward pass (default: the stage's training batch size).
         progress: log each stage.
+        min_lung_ml: a side counts as found only when the coarse network is confident
+            (lung probability >= 0.9) on at least this volume of it; smaller or unsure finds
+            are gas in the bowel or stomach of a scan without lungs, not lung. Lung bases
+            smaller than this (a sliver at the top of an abdominal scan) are not segmented.
     """
 
     def __init__(
@@ -109,9 +115,13 @@ class LungSegmenter:
         fast: bool = False,
         sw_batch_size: int | None = None,
         progress: bool = False,
+        min_lung_ml: float = MIN_LUNG_ML,
     ) -> None:
         from segpipe.device import resolve_device
 
+        if not min_lung_ml >= 0:
+            raise ValueError(f"min_lung_ml: expected >= 0, got {min_lung_ml}")
+        self.min_lung_ml = float(min_lung_ml)
         self.header = header
         self.weights = weights
         self.device = resolve_device(device)
@@ -276,10 +286,11 @@ class LungSegmenter:
         probs = self._predict_probs(net, coarse_arr, self.coarse_cfg, self.device, self.device,
                                     self.sw_batch_size or self.coarse_cfg.batch_size, self.coarse_cfg.overlap)
         coarse_label = probs.argmax(0).numpy().astype(np.uint8)
+        confident = (probs[0] <= 1.0 - _CONFIDENT).numpy()
         del net, probs, coarse_arr
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        boxes = self._lung_boxes(coarse_label, coarse_img)
+        boxes = self._lung_boxes(coarse_label, coarse_img, confident)
         timings["coarse_s"] = time.perf_counter() - t
         if not boxes:
             warnings.append("no lung found: the scan may not include the chest; the mask is empty")
@@ -352,11 +363,12 @@ class LungSegmenter:
         job = Job(Path(input), io.check_output_path(output, overwrite=overwrite))
         return segment_job(self, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid)
 
-    def _lung_boxes(self, coarse_label: np.ndarray, coarse_img: sitk.Image) -> dict[str, spatial.Box]:
+    def _lung_boxes(self, coarse_label: np.ndarray, coarse_img: sitk.Image, confident: np.ndarray | None = None) -> dict[str, spatial.Box]:
         """Physical box per lung from the coarse prediction, expanded by the training margin
         plus one coarse voxel. Sides come from geometry (:func:`segpipe.postprocess.split_sides`
-        on the predicted lung), never from which class the network picked; a side smaller than
-        20 mL counts as absent. The sided coarse mask is kept in ``self._coarse_sides``."""
+        on the predicted lung), never from which class the network picked; a side with less
+        than ``min_lung_ml`` of ``confident`` voxels counts as absent. The sided coarse mask is
+        kept in ``self._coarse_sides``, the body mask in ``self._coarse_body``."""
         from segpipe.postprocess import body_interior, body_midline_x, split_sides
 
         hu = sitk.GetArrayViewFromImage(coarse_img)
@@ -365,8 +377,9 @@ class LungSegmenter:
         self._coarse_body = body_interior(hu, slack_voxels=1)
         sides = split_sides((coarse_label > 0) & self._coarse_body, midline_x=body_midline_x(hu))
         voxel_ml = spatial.voxel_volume_ml(coarse_img)
+        sure = (coarse_label > 0) if confident is None else confident
         for value in (1, 2):
-            if np.count_nonzero(sides == value) * voxel_ml < 20.0:
+            if np.count_nonzero((sides == value) & sure) * voxel_ml < self.min_lung_ml:
                 sides[sides == value] = 0
         self._coarse_sides = sides
         boxes = {}

@@ -53,7 +53,7 @@ def scan() -> sitk.Image:
 def _force_boxes(monkeypatch: pytest.MonkeyPatch) -> None:
     """An untrained coarse net finds no lung; give both lungs a box in the chest instead."""
 
-    def boxes(self, coarse_label, coarse_img):  # type: ignore[no-untyped-def]
+    def boxes(self, coarse_label, coarse_img, confident=None):  # type: ignore[no-untyped-def]
         lo = np.asarray(coarse_img.TransformContinuousIndexToPhysicalPoint([-0.5] * 3))
         hi = np.asarray(coarse_img.TransformContinuousIndexToPhysicalPoint([s - 0.5 for s in coarse_img.GetSize()]))
         lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
@@ -245,3 +245,28 @@ def test_air_around_the_patient_inside_a_box_is_never_lung(model_path: Path, sca
     outside = ~body_interior(hu, slack_voxels=3)
     assert np.count_nonzero(outside & (hu < -900)) > 1000  # there is air around the patient
     assert pred.any() and not (pred > 0)[outside].any()
+
+
+def test_a_side_needs_min_lung_ml_of_confident_coarse_lung(model_path: Path) -> None:
+    """Bowel gas in a scan without lungs gives small or unsure coarse finds: a side counts
+    only with at least ``min_lung_ml`` of confident voxels."""
+    hu = np.full((40, 40, 40), -1000.0, np.float32)
+    hu[2:38, 4:36, 4:36] = 40.0  # the body; 4 mm voxels hold 0.064 mL each
+    label = np.zeros(hu.shape, np.uint8)
+    label[8:30, 10:30, 6:16] = 1  # right (low x): 4400 voxels, 281.6 mL
+    label[8:20, 10:25, 24:32] = 2  # left: 1440 voxels, 92.2 mL
+    hu[label > 0] = -850.0
+    coarse_img = spatial.copy_geometry(hu, sitk.Image(40, 40, 40, sitk.sitkFloat32))
+    coarse_img.SetSpacing((4.0, 4.0, 4.0))
+    confident = label > 0
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    assert seg.min_lung_ml == infer.MIN_LUNG_ML == 50.0
+    assert set(seg._lung_boxes(label, coarse_img, confident)) == {"right", "left"}
+    strict = infer.LungSegmenter.from_file(model_path, device="cpu", min_lung_ml=100)
+    assert set(strict._lung_boxes(label, coarse_img, confident)) == {"right"}
+    assert not strict._coarse_sides[label == 2].any()  # the dropped side is gone from the sided mask too
+    unsure = confident.copy()
+    unsure[:, :, :20] &= np.arange(40)[:, None, None] < 10  # sure of only 2 of the right lung's 22 slices
+    assert set(seg._lung_boxes(label, coarse_img, unsure)) == {"left"}
+    with pytest.raises(ValueError, match="min_lung_ml"):
+        infer.LungSegmenter.from_file(model_path, device="cpu", min_lung_ml=-1)
