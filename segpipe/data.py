@@ -577,7 +577,7 @@ def augment_patch(
     if rng.random() < p and cfg.intensity_shift_hu > 0:  # type: ignore[attr-defined]
         img = img + float(rng.uniform(-cfg.intensity_shift_hu, cfg.intensity_shift_hu))  # type: ignore[attr-defined]
     zlo, zhi = getattr(cfg, "lowres_zoom", (1.0, 1.0))
-    if rng.random() < p and zlo < 1.0:
+    if zlo < 1.0 and rng.random() < p:  # no draw when off: older configs keep their random stream
         img = _simulate_low_resolution(img, (zlo, zhi), int(rng.integers(2**31)))
     if rng.random() < p and cfg.blur_sigma_mm > 0:  # type: ignore[attr-defined]
         sigma_mm = float(rng.uniform(0.2, 1.0)) * cfg.blur_sigma_mm  # type: ignore[attr-defined]

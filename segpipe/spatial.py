@@ -328,14 +328,20 @@ def box_index_range(image: sitk.Image, box: Box) -> tuple[np.ndarray, np.ndarray
 
 
 def lattice_grid(image: sitk.Image, spacing_xyz: tuple[float, float, float], box: Box) -> sitk.Image:
-    """An empty grid (uint8 reference image) of ``spacing_xyz`` mm covering ``box``, whose
-    voxels are voxels of ``resample_to_spacing(image, spacing_xyz)``'s grid (extended beyond
-    the image where the box is): resampling ``image`` onto it gives exactly the values that
-    resampling the whole image would give there, wherever the box lies."""
+    """An empty grid (uint8 reference image) of ``spacing_xyz`` mm covering ``box`` and the
+    centres of all of ``image``'s voxels that overlap it (:func:`box_index_range`; with thick
+    slices they reach past the box), whose voxels are voxels of
+    ``resample_to_spacing(image, spacing_xyz)``'s grid (extended beyond the image where the box
+    is): resampling ``image`` onto it gives exactly the values that resampling the whole image
+    would give there, wherever the box lies; and values on it interpolate onto every voxel of
+    ``image`` in the box without falling off its edge."""
     spacing = np.asarray(_check_spacing(spacing_xyz))
     direction = np.asarray(image.GetDirection()).reshape(3, 3)
     _, first = _grid_for_spacing(image, tuple(spacing))  # type: ignore[arg-type]
-    idx = ((_corners(box.lo_xyz, box.hi_xyz) - np.asarray(first)) @ direction) / spacing
+    start, stop = box_index_range(image, box)
+    centres = _index_to_physical(image, _corners(start.astype(float), stop.astype(float) - 1.0))
+    points = np.concatenate([_corners(box.lo_xyz, box.hi_xyz), centres])
+    idx = ((points - np.asarray(first)) @ direction) / spacing
     lo = np.floor(idx.min(0) + 1e-6).astype(int)
     hi = np.ceil(idx.max(0) - 1e-6).astype(int)
     ref = sitk.Image([int(v) for v in hi - lo + 1], sitk.sitkUInt8)

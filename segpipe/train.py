@@ -285,14 +285,23 @@ def _checkpoint_paths(run_dir: Path, stage: str) -> tuple[Path, Path]:
     return run_dir / f"{stage}_latest.pt", run_dir / f"{stage}_best.pt"
 
 
-def initial_weights(model_file: str, stage_name: str, settings: dict[str, Any]) -> dict[str, Any]:
+def initial_weights(model_file: str, stage_name: str, settings: dict[str, Any], cfg: TrainConfig | None = None) -> dict[str, Any]:
     """The ``stage_name`` weights of a segpipe model file (``"default"``: the bundled one) for
-    fine-tuning; raises ConfigError when its network settings differ from ``settings``."""
+    fine-tuning; raises ConfigError when its network settings differ from ``settings`` or
+    (given ``cfg``) when it was trained at other spacings or another intensity window."""
     from segpipe.infer import DEFAULT_MODEL
     from segpipe.modelfile import load_model
 
     path = DEFAULT_MODEL if model_file == "default" else Path(model_file)
     header, weights = load_model(path)
+    if cfg is not None:
+        key = f"{stage_name}_mm"
+        for name, ours, theirs in (
+            (f"spacing.{key}", list(getattr(cfg.spacing, key)), (header.get("spacing") or {}).get(key)),
+            ("intensity.window_hu", list(cfg.intensity.window_hu), (header.get("intensity") or {}).get("window_hu")),
+        ):
+            if theirs is None or [float(v) for v in theirs] != [float(v) for v in ours]:
+                raise ConfigError(f"init_model: {path} was trained with {name} {theirs}, the config has {ours}; use the same")
     theirs = header.get(stage_name, {}).get("network")
     if theirs != settings:
         diff = sorted(k for k in set(settings) | set(theirs or {}) if (theirs or {}).get(k) != settings.get(k))
@@ -342,7 +351,7 @@ def train_stage(
     torch.manual_seed(cfg.seed)
     model = build_network(stage.network).to(device)
     if cfg.init_model and not (resume and _checkpoint_paths(run_dir, stage_name)[0].is_file()):
-        model.load_state_dict(initial_weights(cfg.init_model, stage_name, model.settings()))
+        model.load_state_dict(initial_weights(cfg.init_model, stage_name, model.settings(), cfg))
         if dist_info.main:
             log.info("%s stage starts from the weights in %s", stage_name, cfg.init_model)
     train_model: nn.Module = model
@@ -555,7 +564,7 @@ def train(
         from segpipe.network import build_network
 
         for stage_name in stages:
-            initial_weights(cfg.init_model, stage_name, build_network(getattr(cfg, stage_name).network).settings())
+            initial_weights(cfg.init_model, stage_name, build_network(getattr(cfg, stage_name).network).settings(), cfg)
     dist_info = _init_distributed(resolve_device(cfg.device).type)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -207,3 +207,16 @@ def test_lattice_grid_gives_the_whole_scans_fine_voxels_wherever_the_box_lies(or
         corners = [ref.TransformContinuousIndexToPhysicalPoint((0, 0, 0)), ref.TransformContinuousIndexToPhysicalPoint([s - 1 for s in ref.GetSize()])]
         c = np.sort(np.asarray(corners), axis=0)
         assert np.all(c[0] <= np.asarray(box.lo_xyz) + 1e-6) and np.all(c[1] >= np.asarray(box.hi_xyz) - 1e-6)
+
+
+def test_lattice_grid_covers_every_voxel_a_box_touches_with_thick_slices() -> None:
+    image = make_volume((30, 30, 24), (0.7, 0.7, 5.0), dtype=np.float32)
+    for lo_z in (-90.0, -88.3, -86.1):
+        box = spatial.Box((-5.0, 36.0, lo_z), (3.3, 41.0, lo_z + 31.0))
+        ref = spatial.lattice_grid(image, (1.5, 1.5, 1.5), box)
+        start, stop = spatial.box_index_range(image, box)
+        assert stop[2] - start[2] >= 7
+        for corner in spatial._corners(start.astype(float), stop.astype(float) - 1):
+            p = image.TransformContinuousIndexToPhysicalPoint([float(v) for v in corner])
+            idx = np.asarray(ref.TransformPhysicalPointToContinuousIndex(p))
+            assert np.all(idx >= -1e-6) and np.all(idx <= np.asarray(ref.GetSize()) - 1 + 1e-6), (lo_z, corner, idx)

@@ -217,5 +217,8 @@ def test_init_model_starts_from_the_files_weights_and_checks_the_network(tmp_pat
     with pytest.raises(ConfigError, match="init_model: the coarse network .* differs .*base_width"):
         train.train(wider, data_dir=SAMPLES, run_dir=tmp_path / "wider", progress=False)
     assert not (tmp_path / "wider" / "config.yaml").exists()  # refused before anything is written
+    finer = tiny_config(cache_dir, init_model=str(model), spacing={"fine_mm": [1.0, 1.0, 1.0]}, stages="fine")
+    with pytest.raises(ConfigError, match=r"init_model: .* spacing.fine_mm \[1.5, 1.5, 1.5\], the config has \[1.0, 1.0, 1.0\]"):
+        train.train(finer, data_dir=SAMPLES, run_dir=tmp_path / "finer", progress=False)
     with pytest.raises(ModelError, match="not found"):
         train.train(tiny_config(cache_dir, init_model=str(tmp_path / "nope.pt")), data_dir=SAMPLES, run_dir=tmp_path / "x", progress=False)
