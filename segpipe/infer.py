@@ -374,8 +374,10 @@ class LungSegmenter:
         hu = sitk.GetArrayViewFromImage(coarse_img)
         # a lung lies inside the body: "lung" in the air around the patient is dropped (one
         # coarse voxel of slack for partial volume at the chest wall)
-        self._coarse_body = body_interior(hu, slack_voxels=1)
-        sides = split_sides((coarse_label > 0) & self._coarse_body, midline_x=body_midline_x(hu))
+        # the fine stage's lungs must lie inside the body itself (no slack: the chest wall is
+        # thicker than a coarse voxel), the coarse lungs within one voxel of it (partial volume)
+        self._coarse_body = body_interior(hu)
+        sides = split_sides((coarse_label > 0) & body_interior(hu, slack_voxels=1), midline_x=body_midline_x(hu))
         voxel_ml = spatial.voxel_volume_ml(coarse_img)
         sure = (coarse_label > 0) if confident is None else confident
         for value in (1, 2):

@@ -63,3 +63,19 @@ def test_partial_lungs_give_the_part_that_is_there(segmenter: LungSegmenter, che
     assert spatial.same_geometry(pred, part, atol_mm=1e-6)
     scores = metrics.lung_metrics(pred, part_label)
     assert scores["right"]["dice"] > 0.85 and scores["left"]["dice"] > 0.85, scores
+
+
+@pytest.mark.parametrize("seed", [70001, 70003])
+def test_a_scan_without_lungs_gives_an_empty_mask_and_a_warning(segmenter: LungSegmenter, seed: int, tmp_path: Path) -> None:
+    from segpipe import synthetic
+    from segpipe.cli import main
+
+    phantom = synthetic.make_phantom(synthetic.sample_spec(seed, coverage="no_lungs", size_xyz=(192, 192, 128)))
+    assert not sitk.GetArrayViewFromImage(phantom.label).any()  # abdomen and pelvis only, with bowel gas
+    assert (sitk.GetArrayViewFromImage(phantom.image) < -900).sum() > 10000
+    result = segmenter.predict_with_report(phantom.image)
+    assert not sitk.GetArrayViewFromImage(result.label).any(), result.report["volumes_ml"]
+    assert any("no lung found" in w for w in result.report["warnings"])
+    scan = io.write_image(phantom.image, tmp_path / "abdomen.nii.gz")
+    assert main(["infer", str(scan), "-o", str(tmp_path / "out"), "--quiet"]) == 0
+    assert not sitk.GetArrayViewFromImage(sitk.ReadImage(str(tmp_path / "out" / "abdomen_lungs.nii.gz"))).any()
