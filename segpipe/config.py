@@ -444,7 +444,9 @@ class TrainConfig:
 
     ``init_model``: start each trained stage from this segpipe model file's weights
     (``"default"``: the bundled model) instead of random ones, to fine-tune it on new data;
-    the stage's network settings must match the file's.
+    the stage's network settings, spacing and intensity window must match the file's. A
+    stage that is not trained (``stages: fine``) is taken from that file unchanged, so the
+    run still writes a complete ``model.pt``.
     """
 
     seed: int = 0

@@ -603,7 +603,7 @@ def train(
             if stage_name in results:
                 weights[stage_name] = results[stage_name]["state_dict"]
                 headers[stage_name] = results[stage_name]["header"]
-            else:  # a stage trained earlier in this run folder
+            else:  # a stage trained earlier in this run folder, else the init model's
                 import torch
 
                 path = _checkpoint_paths(run_dir, stage_name)[1]
@@ -611,6 +611,14 @@ def train(
                     ck = torch.load(path, map_location="cpu", weights_only=True)
                     weights[stage_name] = ck["model"]
                     headers[stage_name] = json.loads(ck["header"])
+                elif cfg.init_model:
+                    from segpipe.infer import DEFAULT_MODEL
+                    from segpipe.modelfile import load_model
+
+                    init_header, init_weights = load_model(DEFAULT_MODEL if cfg.init_model == "default" else cfg.init_model)
+                    weights[stage_name] = init_weights[stage_name]
+                    headers[stage_name] = init_header[stage_name]
+                    log.info("%s stage taken unchanged from %s", stage_name, cfg.init_model)
         if len(weights) == 2:
             header = {
                 "labels": {str(k): v for k, v in data_mod.LABELS.items()},

@@ -213,6 +213,13 @@ def test_init_model_starts_from_the_files_weights_and_checks_the_network(tmp_pat
     conv = next(k for k in saved["coarse"] if k.endswith("weight") and saved["coarse"][k].ndim == 5)
     assert torch.allclose(tuned[conv], saved["coarse"][conv], atol=1e-6)
     assert not torch.allclose(scratch[conv], saved["coarse"][conv], atol=1e-3)
+    # only the fine stage trained: the coarse one comes unchanged from the init model
+    fine_only = tiny_config(cache_dir, init_model=str(model), stages="fine", fine__epochs=1)
+    tuned_model = train.train(fine_only, data_dir=SAMPLES, run_dir=tmp_path / "fine_only", progress=False).model_path
+    assert tuned_model is not None
+    _, both = modelfile.load_model(tuned_model)
+    assert all(torch.equal(both["coarse"][k], saved["coarse"][k]) for k in saved["coarse"])
+    assert not all(torch.equal(both["fine"][k], saved["fine"][k]) for k in saved["fine"])
     wider = tiny_config(cache_dir, init_model=str(model), coarse__network={"base_width": 8, "max_width": 16, "blocks_per_stage": 1})
     with pytest.raises(ConfigError, match="init_model: the coarse network .* differs .*base_width"):
         train.train(wider, data_dir=SAMPLES, run_dir=tmp_path / "wider", progress=False)
