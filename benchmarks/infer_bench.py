@@ -11,8 +11,11 @@ child, cross-checked with the child's own ``VmHWM``):
     overlap, window batch and Gaussian blending, :func:`segpipe.infer.sliding_window_probs`),
     lung where P(background) < 0.5 (the cascade's rule), lungs kept inside the body and sided
     from geometry (:func:`segpipe.postprocess.split_sides`, as the cascade's coarse stage),
-    labels resampled back to the scan's grid with nearest neighbour, then the cascade's
-    postprocess (:func:`segpipe.postprocess.clean_lungs`) and original orientation.
+    then back to the scan's grid as the cascade does it (P(background) linearly, lung where it
+    is below 0.5; sides by nearest neighbour), but over the whole grid at once, as MONAI's
+    ``Invertd`` does with a plain pipeline's probabilities (``--single-resample labels``: nearest
+    neighbour labels instead, leaner and rougher), then the cascade's postprocess
+    (:func:`segpipe.postprocess.clean_lungs`) and original orientation.
 (c) ``lungmask``: lungmask's own 2D U-Net (R231 architecture, random weights: timing only)
     through ``lungmask.LMInferer`` (LPS reorientation, per-slice body crop and resize to
     256 x 256, HU clip, batches of 20 slices, masks resized back). lungmask's volume
@@ -607,8 +610,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--single-resample",
         choices=["labels", "probs"],
-        default="labels",
-        help="how (b) goes back to the scan grid: nearest labels (a plain pipeline, default) or P(lung) linearly",
+        default="probs",
+        help="how (b) goes back to the scan grid: P(background) linearly, as the cascade (default), or nearest labels",
     )
     parser.add_argument(
         "--lungmask-postprocess", action="store_true", help="include lungmask's volume postprocessing in (c)"

@@ -176,8 +176,10 @@ def infer_section(data: dict[str, Any] | None) -> list[str]:
         "",
         "- **(a) cascade**: `LungSegmenter.predict` (coarse stage on the whole scan, fine stage per lung crop).",
         "- **(b) single-stage**: the same fine network over the whole scan resampled to the fine spacing",
-        "  (a plain MONAI pipeline: same patch, overlap and Gaussian blending), labels resampled back with",
-        "  nearest neighbour, the cascade's postprocess.",
+        "  (a plain MONAI pipeline: same patch, overlap and Gaussian blending), P(background) back onto the",
+        "  whole grid at once as MONAI's `Invertd` does (linear; the cascade's rule, lung below 0.5), the",
+        "  cascade's postprocess"
+        + (" (here: labels resampled with nearest neighbour instead)." if data["meta"].get("single_resample") == "labels" else "."),
         "- **(c) lungmask**: lungmask's 2D U-Net (R231 architecture, random weights, so timing only) through",
         "  `lungmask.LMInferer`, slice by slice at 256 x 256, batches of 20, volume postprocessing off"
         + (" (on)." if data["meta"].get("lungmask_postprocess") else "."),

@@ -7,8 +7,9 @@ probabilities back onto the crop's region of the original grid, incremental argm
 lungs combined -> postprocess -> original orientation -> exactly the input's geometry.
 
 Memory stays bounded: no full-scan float array at the fine spacing and no full-scan
-probability map is ever built; the largest arrays are the input itself, the uint8 output and
-one lung crop. The coarse network is released before the fine stage runs. On CUDA
+probability map is ever built; the largest arrays are the input itself, the uint8 output
+(held only over the lungs' boxes until the end) and one lung crop. A scan the segmenter read
+itself (a path) is freed before the full-size mask is built. The coarse network is released before the fine stage runs. On CUDA
 out-of-memory the fine stage retries with the accumulation buffer on the CPU and a window
 batch of 1, then entirely on the CPU, and the report says so.
 
@@ -296,42 +297,55 @@ class LungSegmenter:
             warnings.append("no lung found: the scan may not include the chest; the mask is empty")
 
         # fine stage per lung ------------------------------------------------------------
+        # the output is held only for the lungs' boxes (their union, in canonical voxels); the
+        # rest of the scan is background and is never touched
         t = time.perf_counter()
-        out = np.zeros(tuple(reversed(canonical.GetSize())), np.uint8)
-        if boxes:
+        size_xyz = np.asarray(canonical.GetSize())
+        ranges = [spatial.box_index_range(canonical, b) for b in boxes.values()]
+        lo = np.clip(np.min([r[0] for r in ranges], axis=0), 0, size_xyz) if ranges else np.zeros(3, int)
+        hi = np.clip(np.max([r[1] for r in ranges], axis=0), 0, size_xyz) if ranges else np.zeros(3, int)
+        hi = np.maximum(hi, lo)
+        offset = tuple(int(v) for v in lo)
+        out = np.zeros(tuple(int(v) for v in (hi - lo)[::-1]), np.uint8)
+        if boxes and out.size:
             self._fine_net = self._network("fine", self.device)
             self._fine_net_device = self.device
             for side, _ in _SIDES:
                 if side in boxes:
-                    self._segment_lung(canonical, boxes[side], out, notes)
+                    self._segment_lung(canonical, boxes[side], out, offset, notes)
             del self._fine_net
-            self._assign_sides(out, canonical, coarse_img)
+            self._assign_sides(out, offset, canonical, coarse_img)
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         timings["fine_s"] = time.perf_counter() - t
 
         # postprocess and back to the input's grid --------------------------------------
         t = time.perf_counter()
-        from segpipe.postprocess import clean_lungs
+        from segpipe.postprocess import clean_lungs_array
 
-        label_c = spatial.copy_geometry(out, canonical)
+        geometry, geometry_c = spatial.Geometry.of(img), spatial.Geometry.of(canonical)
+        # the scan is no longer needed: when this call read it, its memory goes back now
+        del img, canonical
+        warnings += clean_lungs_array(out, geometry_c, offset_xyz=offset)
+        voxel_ml = spatial.voxel_volume_ml(geometry)
+        volumes = {side: round(float(np.count_nonzero(out == v)) * voxel_ml, 2) for side, v in _SIDES}
+        full = np.zeros(tuple(reversed(geometry_c.size)), np.uint8)  # untouched pages cost no memory
+        full[lo[2]:hi[2], lo[1]:hi[1], lo[0]:hi[0]] = out
         del out
-        label_c, post_warnings = clean_lungs(label_c)
-        warnings += post_warnings
-        label = spatial.from_canonical(label_c, img) if code != spatial.CANONICAL else label_c
-        label.CopyInformation(img)
+        label_c = geometry_c.apply(sitk.GetImageFromArray(full))
+        del full
+        label = spatial.from_canonical(label_c, geometry) if code != spatial.CANONICAL else geometry.apply(label_c)
+        del label_c
         timings["postprocess_s"] = time.perf_counter() - t
         timings["total_s"] = time.perf_counter() - t0
 
-        arr = sitk.GetArrayViewFromImage(label)
-        voxel_ml = spatial.voxel_volume_ml(label)
         report: dict[str, Any] = {
             "segpipe_version": __version__,
             "input": str(image) if isinstance(image, (str, Path)) else type(image).__name__,
-            "size_xyz": list(img.GetSize()),
-            "spacing_xyz_mm": [round(s, 5) for s in img.GetSpacing()],
+            "size_xyz": list(geometry.size),
+            "spacing_xyz_mm": [round(s, 5) for s in geometry.spacing],
             "orientation": code,
-            "volumes_ml": {side: round(float(np.count_nonzero(arr == v)) * voxel_ml, 2) for side, v in _SIDES},
+            "volumes_ml": volumes,
             "boxes_mm": {side: box.to_dict() for side, box in boxes.items()},
             "spacings_used_mm": {"coarse": [round(s, 4) for s in coarse_mm], "fine": list(self.fine_mm)},
             "timings_s": {k: round(v, 3) for k, v in timings.items()},
@@ -392,10 +406,13 @@ class LungSegmenter:
                 boxes[side] = box.expand(self.margin_mm + extra)
         return boxes
 
-    def _segment_lung(self, canonical: sitk.Image, box: spatial.Box, out: np.ndarray, notes: list[str]) -> None:
+    def _segment_lung(
+        self, canonical: sitk.Image, box: spatial.Box, out: np.ndarray, offset: tuple[int, int, int], notes: list[str]
+    ) -> None:
         """Fine stage for one lung: crop, resample, sliding window, then the probability of
         "any lung" (1 - background) back onto the crop's region of the original grid; voxels
-        above 0.5 are marked in ``out`` (sides are assigned afterwards, from geometry)."""
+        above 0.5 are marked in ``out`` (the part of the canonical grid that starts at index
+        ``offset``, x y z; sides are assigned afterwards, from geometry)."""
         # the box's part of the fine grid of the whole scan (same lattice): the result does
         # not depend on where exactly the box starts, and no original-resolution crop is copied
         fine = spatial.resample_to_reference(
@@ -425,10 +442,13 @@ class LungSegmenter:
             back = spatial.resample_to_reference(
                 background, ref, interpolator=sitk.sitkLinear, default_value=1.0, output_pixel_type=sitk.sitkFloat32
             )
-            out[z0:z1, lo[1]:hi[1], lo[0]:hi[0]][sitk.GetArrayViewFromImage(back) < 0.5] = 1
+            ox, oy, oz = offset
+            region = out[z0 - oz:z1 - oz, lo[1] - oy:hi[1] - oy, lo[0] - ox:hi[0] - ox]
+            region[sitk.GetArrayViewFromImage(back) < 0.5] = 1
 
-    def _assign_sides(self, out: np.ndarray, canonical: sitk.Image, coarse_img: sitk.Image) -> None:
-        """Turn the lung voxels of ``out`` (canonical grid) into 1 (right) / 2 (left) with the
+    def _assign_sides(self, out: np.ndarray, offset: tuple[int, int, int], canonical: sitk.Image, coarse_img: sitk.Image) -> None:
+        """Turn the lung voxels of ``out`` (the part of the canonical grid that starts at index
+        ``offset``, x y z) into 1 (right) / 2 (left) with the
         per-row boundary between the coarse stage's sided lungs (physical geometry). Voxels
         outside the body (the coarse body mask, one coarse voxel of slack) are cleared: air
         around the patient inside a lung's box is never lung."""
@@ -439,10 +459,11 @@ class LungSegmenter:
         sp_c = np.asarray(coarse_img.GetSpacing())
         fz, fy, fx = out.shape
         cz, cy, cx = self._coarse_body.shape
-        kc = np.clip(np.round((np.arange(fz) + 0.5) * sp_f[2] / sp_c[2] - 0.5).astype(int), 0, cz - 1)
-        jc = np.clip(np.round((np.arange(fy) + 0.5) * sp_f[1] / sp_c[1] - 0.5).astype(int), 0, cy - 1)
-        ic = np.clip(np.round((np.arange(fx) + 0.5) * sp_f[0] / sp_c[0] - 0.5).astype(int), 0, cx - 1)
-        xs = np.arange(fx)
+        ox, oy, oz = offset
+        kc = np.clip(np.round((np.arange(fz) + oz + 0.5) * sp_f[2] / sp_c[2] - 0.5).astype(int), 0, cz - 1)
+        jc = np.clip(np.round((np.arange(fy) + oy + 0.5) * sp_f[1] / sp_c[1] - 0.5).astype(int), 0, cy - 1)
+        ic = np.clip(np.round((np.arange(fx) + ox + 0.5) * sp_f[0] / sp_c[0] - 0.5).astype(int), 0, cx - 1)
+        xs = np.arange(fx) + ox
         for z in range(fz):
             sl = out[z]
             lung = sl > 0
@@ -581,8 +602,10 @@ def segment_job(
 
     from segpipe.report import qc_picture
 
-    image = io.read_image(job.input, series_uid=series_uid)
-    result = segmenter.predict_with_report(image, hu_offset=hu_offset)
+    # without a QC picture the segmenter reads the scan itself, so it can free it before the
+    # mask is built (lower peak memory on large scans)
+    image: sitk.Image | Path = io.read_image(job.input, series_uid=series_uid) if qc else job.input
+    result = segmenter.predict_with_report(image, hu_offset=hu_offset, series_uid=None if qc else series_uid)
     result.report["input"] = str(job.input)
     io.write_image(result.label, job.mask, compress=True)
     result.report["output"] = str(job.mask)

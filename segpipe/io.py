@@ -24,8 +24,9 @@ import io as _pyio
 import logging
 import os
 import tempfile
+import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -111,9 +112,10 @@ def _first_line(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------- NIfTI header checks
-def _check_nifti_file(path: Path) -> None:
+def _check_nifti_file(path: Path) -> int:
     """Checks ITK does not make for NIfTI: non-positive pixdim (ITK silently replaces it by 1 or
-    its absolute value) and truncated data (ITK silently pads with zeros)."""
+    its absolute value) and, for an uncompressed file, truncated data (ITK silently pads with
+    zeros). Returns the byte count header and data need (for :func:`_check_gzip_stream`)."""
     import nibabel as nib
 
     opener = gzip.open if str(path).lower().endswith(".gz") else open
@@ -131,18 +133,29 @@ def _check_nifti_file(path: Path) -> None:
         raise GeometryError(f"{path}: voxel spacing must be positive, got {pixdim} mm in the NIfTI header")
     offset = int(header.get_data_offset())
     expected = offset + int(np.prod(header.get_data_shape(), dtype=np.int64)) * header.get_data_dtype().itemsize
-    if str(path).lower().endswith(".gz"):
-        actual = 0
-        try:
-            with gzip.open(path, "rb") as fh:
-                while chunk := fh.read(1 << 22):
-                    actual += len(chunk)
-        except (EOFError, OSError, zlib.error) as err:
-            raise InputError(f"cannot read {path}: the file is truncated or corrupt ({err})") from err
-    else:
-        actual = path.stat().st_size
+    if not str(path).lower().endswith(".gz"):
+        _check_length(path, expected, path.stat().st_size)
+    return expected
+
+
+def _check_length(path: Path, expected: int, actual: int) -> None:
     if actual < expected:
         raise InputError(f"cannot read {path}: the file is truncated (expected {expected} bytes of header and data, found {actual})")
+
+
+def _check_gzip_stream(path: Path, expected: int) -> None:
+    """Decompress a ``.gz`` file to its end: ITK pads a truncated stream with zeros and reads
+    a corrupt one (failed CRC) without a word, so the length and checksum are checked here.
+    zlib releases the GIL, so this runs in a thread beside ITK's own read (see
+    :func:`read_image`) and costs little extra wall time."""
+    actual = 0
+    try:
+        with gzip.open(path, "rb") as fh:
+            while chunk := fh.read(1 << 22):
+                actual += len(chunk)
+    except (EOFError, OSError, zlib.error) as err:
+        raise InputError(f"cannot read {path}: the file is truncated or corrupt ({err})") from err
+    _check_length(path, expected, actual)
 
 
 # ----------------------------------------------------------------------------- DICOM
@@ -220,6 +233,27 @@ def validate_image(image: sitk.Image, name: str = "image") -> None:
             raise InputError(f"{name}: expected finite voxel values, got {bad} NaN/Inf voxels")
 
 
+class _Background:
+    """Run ``fn(*args)`` in a thread; :meth:`result` waits and re-raises its exception."""
+
+    def __init__(self, fn: Callable[..., None], *args: object) -> None:
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                fn(*args)
+            except BaseException as err:  # handed to the caller by result()
+                self._error = err
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def result(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 def read_image(path: str | Path, *, series_uid: str | None = None) -> sitk.Image:
     """Read a 3D CT image (file or DICOM folder) in HU, keeping its physical geometry.
 
@@ -252,16 +286,23 @@ def read_image(path: str | Path, *, series_uid: str | None = None) -> sitk.Image
             )
         if p.stat().st_size == 0:
             raise InputError(f"cannot read {p}: the file is empty (0 bytes)")
+        stream_check = None
         if suffix in _NIFTI:
-            _check_nifti_file(p)
+            expected = _check_nifti_file(p)
+            if p.name.lower().endswith(".gz"):
+                stream_check = _Background(_check_gzip_stream, p, expected)
         reader = sitk.ImageFileReader()
         reader.SetFileName(str(p))
         with _native_stderr_captured() as native:
             try:
                 image = reader.Execute()
             except RuntimeError as err:
+                if stream_check is not None:
+                    stream_check.result()  # a truncated or corrupt stream explains ITK's failure best
                 detail = _first_line(str(err)) or _first_line(" ".join(native))
                 raise InputError(f"cannot read {p}: unreadable or truncated file ({detail})") from err
+        if stream_check is not None:
+            stream_check.result()
     validate_image(image, str(p))
     return image
 

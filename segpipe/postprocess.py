@@ -16,7 +16,7 @@ from scipy import ndimage
 
 from segpipe import spatial
 
-__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "split_sides", "side_boundary", "body_midline_x", "body_interior"]
+__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior"]
 
 _FULL = ndimage.generate_binary_structure(3, 1)
 
@@ -94,22 +94,54 @@ def _bounding_box(mask: np.ndarray, pad: int = 0) -> tuple[slice, ...] | None:
     return tuple(slice(max(int(n[0]) - pad, 0), int(n[-1]) + 1 + pad) for n in nonzero)
 
 
+def _centroid_index(array: np.ndarray, value: int) -> np.ndarray | None:
+    """Mean (x, y, z) index of the voxels equal to ``value``, from per-axis projections (no
+    index arrays); ``None`` when there are none."""
+    mask = array == value
+    count = int(np.count_nonzero(mask))
+    if count == 0:
+        return None
+    mean_zyx = [
+        float((mask.sum(axis=tuple(a for a in range(3) if a != axis), dtype=np.int64) * np.arange(mask.shape[axis])).sum()) / count
+        for axis in range(3)
+    ]
+    return np.array(mean_zyx[::-1])
+
+
+def _swap_if_needed(array: np.ndarray, reference: sitk.Image | spatial.Geometry, offset_xyz: tuple[int, int, int]) -> list[str]:
+    """:func:`check_sides` on ``array`` (in place), a part of ``reference``'s grid that starts
+    at index ``offset_xyz``."""
+    right = _centroid_index(array, 1)
+    left = _centroid_index(array, 2)
+    if right is None or left is None:
+        return []
+    right_mm, left_mm = spatial.index_to_physical(reference, np.stack([right, left]) + np.asarray(offset_xyz))
+    if right_mm[0] < left_mm[0]:
+        return []
+    ones = array == 1
+    array[array == 2] = 1
+    array[ones] = 2
+    return [
+        "labels 1 and 2 were on the wrong sides (label 1 must be the patient's right lung, at lower x "
+        f"in LPS: x = {right_mm[0]:.1f} mm vs {left_mm[0]:.1f} mm); swapped them"
+    ]
+
+
 def check_sides(label: sitk.Image) -> tuple[sitk.Image, list[str]]:
     """Make label 1 the patient's right lung (lower physical x in LPS) and 2 the left one.
 
     When both lungs are present and their centroids are in the wrong order, the labels are
     swapped and a warning says so. Returns the (possibly swapped) label and the warnings.
     """
-    right = spatial.physical_centroid(label, 1)
-    left = spatial.physical_centroid(label, 2)
-    if right is None or left is None or right[0] < left[0]:
+    array = np.array(sitk.GetArrayViewFromImage(label))
+    box = _bounding_box(array)
+    if box is None:
         return label, []
-    array = sitk.GetArrayFromImage(label)
-    swapped = np.where(array == 1, 2, np.where(array == 2, 1, array)).astype(array.dtype)
-    return spatial.copy_geometry(swapped, label), [
-        "labels 1 and 2 were on the wrong sides (label 1 must be the patient's right lung, at lower x "
-        f"in LPS: x = {right[0]:.1f} mm vs {left[0]:.1f} mm); swapped them"
-    ]
+    sub = array[box]
+    warnings = _swap_if_needed(sub, label, tuple(int(s.start) for s in reversed(box)))  # type: ignore[arg-type]
+    if not warnings:
+        return label, []
+    return spatial.copy_geometry(array, label), warnings
 
 
 def clean_lungs(label: sitk.Image, *, min_volume_ml: float = 5.0) -> tuple[sitk.Image, list[str]]:
@@ -128,30 +160,45 @@ def clean_lungs(label: sitk.Image, *, min_volume_ml: float = 5.0) -> tuple[sitk.
         The cleaned label map (same geometry, uint8) and a list of warnings.
     """
     full = np.array(sitk.GetArrayViewFromImage(label), dtype=np.uint8)  # one copy
+    warnings = clean_lungs_array(full, label, min_volume_ml=min_volume_ml)
+    return spatial.copy_geometry(full, label), warnings
+
+
+def clean_lungs_array(
+    array: np.ndarray,
+    reference: sitk.Image | spatial.Geometry,
+    *,
+    offset_xyz: tuple[int, int, int] = (0, 0, 0),
+    min_volume_ml: float = 5.0,
+) -> list[str]:
+    """:func:`clean_lungs` in place on a ``(z, y, x)`` uint8 array that is the part of
+    ``reference``'s grid starting at index ``offset_xyz`` (the whole grid by default; the
+    cascade passes just the lungs' boxes, so a large scan is never copied). Returns the
+    warnings."""
     # work inside the lungs' bounding box (plus one voxel): a fraction of a large scan
-    box = _bounding_box(full, pad=1)
+    box = _bounding_box(array, pad=1)
     if box is None:
-        return spatial.copy_geometry(full, label), []
-    array = full[box]
+        return []
+    sub = array[box]
     kept: dict[int, np.ndarray] = {}
     dropped: dict[int, np.ndarray] = {}
     for value in (1, 2):
-        kept[value], dropped[value] = largest_component(array == value)
-    out = np.zeros_like(array)
+        kept[value], dropped[value] = largest_component(sub == value)
+    out = np.zeros_like(sub)
     for value, other in ((1, 2), (2, 1)):
         mask = kept[value] | (_touches(dropped[other], kept[value]) & ~kept[other])
         out[fill_holes(mask) & (out == 0)] = value
+    del kept, dropped
     warnings: list[str] = []
-    voxel_ml = spatial.voxel_volume_ml(label)
+    voxel_ml = spatial.voxel_volume_ml(reference)
     for value, side in ((1, "right"), (2, "left")):
         volume = float(np.count_nonzero(out == value)) * voxel_ml
         if 0 < volume < min_volume_ml:
             out[out == value] = 0
             warnings.append(f"removed a {side} lung of only {volume:.1f} mL (below {min_volume_ml} mL)")
-    full[:] = 0
-    full[box] = out
-    cleaned, side_warnings = check_sides(spatial.copy_geometry(full, label))
-    return cleaned, warnings + side_warnings
+    sub[...] = out
+    start = tuple(int(o) + int(s.start) for o, s in zip(offset_xyz, reversed(box)))
+    return warnings + _swap_if_needed(sub, reference, start)  # type: ignore[arg-type]
 
 
 def _split_single(mask: np.ndarray) -> np.ndarray:

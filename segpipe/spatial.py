@@ -28,6 +28,8 @@ from segpipe.errors import GeometryError
 __all__ = [
     "CANONICAL",
     "Box",
+    "Geometry",
+    "index_to_physical",
     "orientation_code",
     "reorient",
     "to_canonical",
@@ -53,7 +55,7 @@ _LABEL_INTERP = {"nearest": sitk.sitkNearestNeighbor, "label_gaussian": sitk.sit
 
 
 # ----------------------------------------------------------------------------- orientation
-def orientation_code(image: sitk.Image) -> str:
+def orientation_code(image: sitk.Image | Geometry) -> str:
     """Three-letter code of the axis directions, ITK/DICOM convention (identity is ``"LPS"``):
     the letters say where +i, +j, +k point (the nearest axis for oblique scans)."""
     return sitk.DICOMOrientImageFilter.GetOrientationFromDirectionCosines(image.GetDirection())
@@ -88,7 +90,7 @@ def to_canonical(image: sitk.Image) -> tuple[sitk.Image, str]:
     return reorient(image, CANONICAL), code
 
 
-def from_canonical(image: sitk.Image, reference: sitk.Image) -> sitk.Image:
+def from_canonical(image: sitk.Image, reference: sitk.Image | Geometry) -> sitk.Image:
     """Undo :func:`to_canonical`: bring ``image`` (on the canonical version of
     ``reference``'s grid) back to ``reference``'s voxel order, with exactly its geometry.
 
@@ -105,8 +107,7 @@ def from_canonical(image: sitk.Image, reference: sitk.Image) -> sitk.Image:
         or not np.allclose(out.GetDirection(), reference.GetDirection(), rtol=0, atol=1e-6)
     ):
         raise GeometryError("the image does not lie on the reference grid (origin, spacing or direction differ)")
-    out.CopyInformation(reference)
-    return out
+    return Geometry.of(reference).apply(out)
 
 
 def same_geometry(a: sitk.Image, b: sitk.Image, *, atol_mm: float = 1e-4) -> bool:
@@ -251,6 +252,44 @@ def resample_to_reference(
 
 # ----------------------------------------------------------------------------- boxes and crops
 @dataclass(frozen=True)
+class Geometry:
+    """The grid of an image without its voxels: size (x, y, z), spacing (mm), origin (mm) and
+    direction, with SimpleITK's getter names so that it stands in for an image wherever only
+    the geometry is read (:func:`from_canonical`, :func:`index_to_physical`). Lets a caller
+    drop a large image early and still give its result exactly that image's geometry."""
+
+    size: tuple[int, int, int]
+    spacing: tuple[float, float, float]
+    origin: tuple[float, float, float]
+    direction: tuple[float, ...]
+
+    @classmethod
+    def of(cls, image: sitk.Image | Geometry) -> Geometry:
+        return cls(tuple(image.GetSize()), tuple(image.GetSpacing()), tuple(image.GetOrigin()), tuple(image.GetDirection()))  # type: ignore[arg-type]
+
+    def GetSize(self) -> tuple[int, int, int]:  # noqa: N802 - SimpleITK's names
+        return self.size
+
+    def GetSpacing(self) -> tuple[float, float, float]:  # noqa: N802
+        return self.spacing
+
+    def GetOrigin(self) -> tuple[float, float, float]:  # noqa: N802
+        return self.origin
+
+    def GetDirection(self) -> tuple[float, ...]:  # noqa: N802
+        return self.direction
+
+    def apply(self, image: sitk.Image) -> sitk.Image:
+        """Give ``image`` (of the same size) exactly this geometry; returns it."""
+        if tuple(image.GetSize()) != self.size:
+            raise GeometryError(f"expected an image of size {self.size}, got {image.GetSize()}")
+        image.SetSpacing(self.spacing)
+        image.SetOrigin(self.origin)
+        image.SetDirection(self.direction)
+        return image
+
+
+@dataclass(frozen=True)
 class Box:
     """An axis-aligned box in LPS physical space, in mm: ``lo_xyz`` <= p <= ``hi_xyz``."""
 
@@ -282,8 +321,8 @@ class Box:
         return {"lo_xyz_mm": [round(v, 3) for v in self.lo_xyz], "hi_xyz_mm": [round(v, 3) for v in self.hi_xyz]}
 
 
-def _index_to_physical(image: sitk.Image, index_xyz: np.ndarray) -> np.ndarray:
-    """Physical points (N, 3) of continuous indices (N, 3), vectorised."""
+def index_to_physical(image: sitk.Image | Geometry, index_xyz: np.ndarray) -> np.ndarray:
+    """Physical points (N, 3) of continuous indices (N, 3) of ``image``'s grid, vectorised."""
     direction = np.asarray(image.GetDirection()).reshape(3, 3)
     return np.asarray(image.GetOrigin()) + (index_xyz * np.asarray(image.GetSpacing())) @ direction.T
 
@@ -313,7 +352,7 @@ def box_from_mask(label: sitk.Image, values: int | tuple[int, ...] | None = None
         hi_idx.append(hit[-1])
     lo = np.array(lo_idx[::-1], dtype=float) - 0.5  # to (x, y, z), voxel outer faces
     hi = np.array(hi_idx[::-1], dtype=float) + 0.5
-    pts = _index_to_physical(label, _corners(lo, hi))
+    pts = index_to_physical(label, _corners(lo, hi))
     return Box(tuple(pts.min(0).tolist()), tuple(pts.max(0).tolist()))  # type: ignore[arg-type]
 
 
@@ -339,7 +378,7 @@ def lattice_grid(image: sitk.Image, spacing_xyz: tuple[float, float, float], box
     direction = np.asarray(image.GetDirection()).reshape(3, 3)
     _, first = _grid_for_spacing(image, tuple(spacing))  # type: ignore[arg-type]
     start, stop = box_index_range(image, box)
-    centres = _index_to_physical(image, _corners(start.astype(float), stop.astype(float) - 1.0))
+    centres = index_to_physical(image, _corners(start.astype(float), stop.astype(float) - 1.0))
     points = np.concatenate([_corners(box.lo_xyz, box.hi_xyz), centres])
     idx = ((points - np.asarray(first)) @ direction) / spacing
     lo = np.floor(idx.min(0) + 1e-6).astype(int)
@@ -363,7 +402,7 @@ def crop_to_box(image: sitk.Image, box: Box, *, pad_value: float = 0.0) -> sitk.
         out = sitk.Image([int(v) for v in np.maximum(hi - lo, 1)], image.GetPixelID())
         out.SetSpacing(image.GetSpacing())
         out.SetDirection(image.GetDirection())
-        out.SetOrigin(tuple(_index_to_physical(image, lo[None].astype(float))[0].tolist()))
+        out.SetOrigin(tuple(index_to_physical(image, lo[None].astype(float))[0].tolist()))
         return out + pad_value if pad_value else out
     roi = sitk.RegionOfInterest(image, [int(v) for v in in_hi - in_lo], [int(v) for v in in_lo])
     pad_lo = [int(v) for v in in_lo - lo]
@@ -419,9 +458,9 @@ def physical_centroid(label: sitk.Image, value: int) -> tuple[float, float, floa
             return None
         mean_zyx.append(float((hist * np.arange(len(hist))).sum() / count))
     mean_xyz = np.array(mean_zyx[::-1])
-    return tuple(_index_to_physical(label, mean_xyz[None])[0].tolist())  # type: ignore[return-value]
+    return tuple(index_to_physical(label, mean_xyz[None])[0].tolist())  # type: ignore[return-value]
 
 
-def voxel_volume_ml(image: sitk.Image) -> float:
+def voxel_volume_ml(image: sitk.Image | Geometry) -> float:
     """Volume of one voxel in millilitres."""
     return float(np.prod(image.GetSpacing())) / 1000.0

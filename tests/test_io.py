@@ -178,6 +178,13 @@ def make_bad_input(kind: str, tmp_path: Path) -> Path:
         p = tmp_path / "scan.png"
         p.write_bytes(b"\x89PNG")
         return p
+    if kind == "corrupt-.nii.gz":  # bytes flipped mid-stream: ITK would read garbage silently
+        p = io.write_image(make_volume(size_xyz=(40, 30, 20)), tmp_path / "c.nii.gz")
+        data = bytearray(p.read_bytes())
+        for i in range(len(data) // 2, len(data) // 2 + 4):
+            data[i] ^= 0xA5
+        p.write_bytes(bytes(data))
+        return p
     if kind.startswith("truncated"):
         suffix = kind.split("-", 1)[1]
         p = tmp_path / f"t{suffix}"
@@ -232,6 +239,7 @@ BAD_INPUTS = {
     "garbage": (InputError, "cannot read"),
     "unsupported": (InputError, "unsupported file type"),
     "truncated-.nii.gz": (InputError, "truncated"),
+    "corrupt-.nii.gz": (InputError, "truncated or corrupt"),
     "truncated-.nii": (InputError, "truncated"),
     "truncated-.nrrd": (InputError, "truncated"),
     "truncated-.mha": (InputError, "truncated"),

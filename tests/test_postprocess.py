@@ -137,3 +137,24 @@ def test_fill_holes_equals_scipy_with_face_connectivity() -> None:
     shell[4, 4, 6:] = False
     assert not postprocess.fill_holes(shell)[4, 4, 4]
     assert not postprocess.fill_holes(np.zeros((4, 4, 4), bool)).any()
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_clean_lungs_array_on_a_part_of_the_grid_equals_the_whole(swap: bool) -> None:
+    """The cascade cleans only the lungs' boxes (an offset part of the grid): same labels and
+    same side check as cleaning the whole map, the sides judged at their true position."""
+    a = _lungs()
+    a[8:11, 12:15, 8:11] = 0  # hole
+    a[4:6, 20:22, 20:22] = 2  # a speck that is dropped
+    if swap:
+        a = np.where(a == 1, 2, np.where(a == 2, 1, 0)).astype(np.uint8)
+    big = np.zeros((30, 50, 60), np.uint8)
+    big[6:26, 11:41, 13:53] = a
+    reference = _image(big)
+    whole, warnings_whole = postprocess.clean_lungs(reference)
+    part = big[6:26, 11:41, 13:53].copy()
+    warnings = postprocess.clean_lungs_array(part, spatial.Geometry.of(reference), offset_xyz=(13, 11, 6))
+    np.testing.assert_array_equal(part, sitk.GetArrayViewFromImage(whole)[6:26, 11:41, 13:53])
+    np.testing.assert_array_equal(part, _lungs())
+    assert warnings == warnings_whole
+    assert len(warnings) == int(swap)

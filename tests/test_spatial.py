@@ -220,3 +220,22 @@ def test_lattice_grid_covers_every_voxel_a_box_touches_with_thick_slices() -> No
             p = image.TransformContinuousIndexToPhysicalPoint([float(v) for v in corner])
             idx = np.asarray(ref.TransformPhysicalPointToContinuousIndex(p))
             assert np.all(idx >= -1e-6) and np.all(idx <= np.asarray(ref.GetSize()) - 1 + 1e-6), (lo_z, corner, idx)
+
+
+@pytest.mark.parametrize("orientation", ["RAS", "LPI", "oblique"])
+def test_from_canonical_with_a_geometry_alone(orientation: str) -> None:
+    """The cascade frees a large scan and keeps only its :class:`spatial.Geometry`: the mask
+    then gets exactly the same geometry as with the image itself."""
+    image = make_volume(orientation="LPS" if orientation == "oblique" else orientation)
+    if orientation == "oblique":
+        image = oblique_permuted(image)
+    canonical, _ = spatial.to_canonical(image)
+    geometry = spatial.Geometry.of(image)
+    a = spatial.from_canonical(canonical, image)
+    b = spatial.from_canonical(canonical, geometry)
+    assert (b.GetSize(), b.GetSpacing(), b.GetOrigin(), b.GetDirection()) == (
+        a.GetSize(), a.GetSpacing(), a.GetOrigin(), a.GetDirection()
+    )
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(a), sitk.GetArrayViewFromImage(b))
+    with pytest.raises(GeometryError, match="size"):
+        geometry.apply(sitk.Image(3, 3, 3, sitk.sitkUInt8))
