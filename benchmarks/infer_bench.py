@@ -382,11 +382,12 @@ def _worker(args: argparse.Namespace) -> None:
 
         seg = LungSegmenter.from_file(args.model, device=args.device)
         if args.worker == "single":
+            from segpipe.device import for_inference
             from segpipe.network import build_network
 
             net = build_network(seg.fine_cfg.network)
             net.load_state_dict(seg.weights["fine"])
-            seg.single_net = net.to(seg.device).eval()
+            seg.single_net = for_inference(net, seg.device)  # the cascade's layout too
     else:
         inferer = _lungmask_inferer(Path(args.result).parent, args.device, args.lungmask_postprocess)
     setup = _vm_status()

@@ -136,11 +136,19 @@ def _file_sha(path: Path) -> str:
     return h.hexdigest()[:12]
 
 
+def _shown(path: Path | str) -> str:
+    """A path as the report shows it: relative to the repository when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
 def header_section(info: dict[str, Any], args: argparse.Namespace, command: str) -> list[str]:
     v = info["versions"]
     ram = f", {info['ram_bytes'] / 1024**3:.0f} GiB RAM" if info.get("ram_bytes") else ""
     model_path = Path(args.model) if args.model else Path(info["model"]) if info.get("model") else None
-    model = f"`{model_path}`" if model_path else "-"
+    model = f"`{_shown(model_path)}`" if model_path else "-"
     if model_path and model_path.is_file():
         model += f" (sha256 {_file_sha(model_path)})"
     lines = [
@@ -481,7 +489,7 @@ def accuracy_section(eval_json: Path | None) -> list[str]:
 
 
 def reproduce_section(args: argparse.Namespace, command: str) -> list[str]:
-    model = f" --model {args.model}" if args.model else ""
+    model = f" --model {_shown(args.model)}" if args.model else ""
     threads = f" --threads {args.threads}" if args.threads else ""
     return [
         "## Reproduce",

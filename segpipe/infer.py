@@ -177,7 +177,9 @@ class LungSegmenter:
             net.load_state_dict(self.weights[stage])
         except (RuntimeError, KeyError) as err:
             raise ModelError(f"the model file's {stage} weights do not match its network settings") from err
-        return net.to(device).eval()
+        from segpipe.device import for_inference
+
+        return for_inference(net, device)
 
     def _predict_probs(self, net: Any, array_zyx: np.ndarray, stage: StageConfig, device: Any, accumulate_on: Any, sw_batch: int, overlap: float) -> Any:
         return sliding_window_probs(
@@ -212,7 +214,9 @@ class LungSegmenter:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _move_fine(self, device: Any) -> Any:
-        self._fine_net = self._fine_net.to(device)
+        from segpipe.device import for_inference
+
+        self._fine_net = for_inference(self._fine_net, device)
         self._fine_net_device = device
         return self._fine_net
 

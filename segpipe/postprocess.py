@@ -34,14 +34,20 @@ def _label(mask: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def largest_component(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Split a boolean mask into (largest 6-connected component, everything else)."""
-    labels, n = _label(mask)
+    """Split a boolean mask into (largest 6-connected component, everything else). Labels
+    only the mask's bounding box (one lung is a fraction of the lungs' box)."""
+    mask = np.asarray(mask, dtype=bool)
+    keep = np.zeros(mask.shape, bool)
+    box = _bounding_box(mask)
+    if box is None:
+        return keep, keep.copy()
+    labels, n = _label(mask[box])
     if n <= 1:
-        return mask.astype(bool), np.zeros_like(mask, bool)
-    sizes = np.bincount(labels.ravel())
+        return mask.copy(), keep
+    sizes = np.bincount(labels.ravel(), minlength=n + 1)
     sizes[0] = 0
-    keep = labels == int(np.argmax(sizes))
-    return keep, mask.astype(bool) & ~keep
+    keep[box] = labels == int(np.argmax(sizes))
+    return keep, mask & ~keep
 
 
 def fill_holes(mask: np.ndarray) -> np.ndarray:
