@@ -34,7 +34,7 @@ from scipy import ndimage
 
 from segpipe import io, spatial
 from segpipe.io import validate_image
-from segpipe.postprocess import body_midline_x, split_sides
+from segpipe.postprocess import body_midline_x, split_sides, trachea_seed
 
 __all__ = ["segment_lungs_classical", "ClassicalSegmenter", "segment_files"]
 
@@ -52,31 +52,6 @@ def _remove_border_air(air: np.ndarray) -> np.ndarray:
         border = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
         out[z] = (labels > 0) & ~np.isin(labels, border)
     return out
-
-
-def _trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]) -> tuple[int, np.ndarray] | None:
-    """The highest slice holding a small, round air region near the left-right middle of the
-    body's air: that is the trachea (area 0.7 - 8 cm^2). Returns (z index, 2D mask)."""
-    pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
-    nz, _, nx = candidates.shape
-    for z in range(nz - 1, -1, -1):  # LPS: high z is superior
-        labels, n = ndimage.label(candidates[z], structure=_CROSS2)
-        if n == 0:
-            continue
-        for i in range(1, n + 1):
-            region = labels == i
-            area = region.sum() * pixel_cm2
-            if not 0.7 <= area <= 8.0:
-                continue
-            ys, xs = np.nonzero(region)
-            if abs(xs.mean() - nx / 2) > nx * 0.15:
-                continue
-            extent = (np.ptp(xs) + 1) * spacing_xyz[0], (np.ptp(ys) + 1) * spacing_xyz[1]
-            if max(extent) > 2.5 * min(extent):
-                continue
-            if n <= 2:  # above the lung apices only the trachea (and maybe the esophagus) is air
-                return z, region
-    return None
 
 
 def _grow_airways(
@@ -135,7 +110,7 @@ def segment_lungs_classical(
         sizes[0] = 0
         big = np.flatnonzero(sizes >= max(min_fraction * sizes.max(), 1))
         lungs = np.isin(labels, big)
-        seed = _trachea_seed(inside, spacing)
+        seed = trachea_seed(inside, spacing)
         if seed is not None:
             lungs &= ~_grow_airways(lungs, smooth, seed, airway_threshold_hu, tuple(reversed(spacing)))
         out = split_sides(lungs, min_fraction=min_fraction, midline_x=body_midline_x(smooth))

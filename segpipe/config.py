@@ -420,6 +420,31 @@ class OptimConfig:
 
 
 @dataclass(frozen=True)
+class PhantomPathologyConfig:
+    """Per-phantom probability of each pathology in the generated training phantoms
+    (``data.phantom_pathology``); a key left out keeps the generator's default (see
+    :func:`segpipe.synthetic.sample_spec`). Raise one to train on more of it, e.g.
+    ``emphysema: 0.5`` for a COPD cohort."""
+
+    nodules: float | None = None
+    consolidation: float | None = None
+    ground_glass: float | None = None
+    emphysema: float | None = None
+    effusion: float | None = None
+    collapse: float | None = None
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise ConfigError(f"data.phantom_pathology.{f.name}: expected a probability in [0, 1], got {v}")
+
+    def overrides(self) -> dict[str, float]:
+        """The probabilities that were set, as :func:`segpipe.synthetic.write_dataset` overrides."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True)
 class DataConfig:
     """Where training data comes from and how it is prepared."""
 
@@ -427,6 +452,7 @@ class DataConfig:
     extra_phantoms: int = 0
     phantom_seed: int = 1000
     phantom_size_xyz: tuple[int, int, int] = (160, 160, 120)
+    phantom_pathology: PhantomPathologyConfig = field(default_factory=PhantomPathologyConfig)
     val_fraction: float = 0.2
     num_workers: int = 2
     margin_mm: float = 12.0

@@ -45,6 +45,7 @@ _SIDES = (("right", 1), ("left", 2))
 _SLAB = 32  # slices per slab when probabilities go back to the original grid
 MIN_LUNG_ML = 50.0  # default of LungSegmenter(min_lung_ml=...)
 _CONFIDENT = 0.9  # coarse lung probability that counts towards min_lung_ml
+_AIRWAY_HU = -900.0  # airway lumen on the coarse grid (trachea tracking)
 
 
 @dataclass
@@ -296,6 +297,7 @@ class LungSegmenter:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         boxes = self._lung_boxes(coarse_label, coarse_img, confident)
+        self._coarse_airways = self._airways(coarse_img)
         timings["coarse_s"] = time.perf_counter() - t
         if not boxes:
             warnings.append("no lung found: the scan may not include the chest; the mask is empty")
@@ -410,6 +412,19 @@ class LungSegmenter:
                 boxes[side] = box.expand(self.margin_mm + extra)
         return boxes
 
+    def _airways(self, coarse_img: sitk.Image) -> np.ndarray:
+        """The trachea and main bronchi on the coarse grid (never lung): tracked from the top
+        through the lumen (below -900 HU, inside the body; :func:`segpipe.postprocess.track_airways`)
+        and grown by one voxel in-plane for the walls' partial volume."""
+        from scipy import ndimage
+
+        from segpipe.postprocess import track_airways
+
+        hu = sitk.GetArrayViewFromImage(coarse_img)
+        tracked = track_airways((hu < _AIRWAY_HU) & self._coarse_body, coarse_img.GetSpacing())
+        in_plane = ndimage.generate_binary_structure(3, 1) & np.array([0, 1, 0], bool)[:, None, None]
+        return ndimage.binary_dilation(tracked, structure=in_plane)
+
     def _segment_lung(
         self, canonical: sitk.Image, box: spatial.Box, out: np.ndarray, offset: tuple[int, int, int], notes: list[str]
     ) -> None:
@@ -452,10 +467,10 @@ class LungSegmenter:
 
     def _assign_sides(self, out: np.ndarray, offset: tuple[int, int, int], canonical: sitk.Image, coarse_img: sitk.Image) -> None:
         """Turn the lung voxels of ``out`` (the part of the canonical grid that starts at index
-        ``offset``, x y z) into 1 (right) / 2 (left) with the
-        per-row boundary between the coarse stage's sided lungs (physical geometry). Voxels
-        outside the body (the coarse body mask, one coarse voxel of slack) are cleared: air
-        around the patient inside a lung's box is never lung."""
+        ``offset``, x y z) into 1 (right) / 2 (left) with the per-row boundary between the
+        coarse stage's sided lungs (physical geometry). Voxels outside the body (the coarse body
+        mask) or in the trachea and main bronchi (tracked on the coarse grid) are cleared: air
+        around the patient inside a lung's box, and the large airways, are never lung."""
         from segpipe.postprocess import side_boundary
 
         boundary_c = side_boundary(self._coarse_sides)
@@ -473,7 +488,7 @@ class LungSegmenter:
             lung = sl > 0
             if not lung.any():
                 continue
-            inside = self._coarse_body[kc[z]][np.ix_(jc, ic)]
+            inside = (self._coarse_body[kc[z]] & ~self._coarse_airways[kc[z]])[np.ix_(jc, ic)]
             sl[lung & ~inside] = 0
             lung &= inside
             bf = (boundary_c[kc[z], jc] + 0.5) * sp_c[0] / sp_f[0] - 0.5  # (fy,) in full-grid x units

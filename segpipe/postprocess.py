@@ -16,9 +16,10 @@ from scipy import ndimage
 
 from segpipe import spatial
 
-__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior"]
+__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways"]
 
 _FULL = ndimage.generate_binary_structure(3, 1)
+_CROSS2 = ndimage.generate_binary_structure(2, 1)
 
 
 def _label(mask: np.ndarray) -> tuple[np.ndarray, int]:
@@ -287,6 +288,66 @@ def body_interior(hu_zyx: np.ndarray, threshold_hu: float = -500.0, *, slack_vox
             out[z] = ndimage.binary_fill_holes(tissue[z], structure=cross)
     if slack_voxels:
         out = ndimage.binary_dilation(out, structure=_FULL, iterations=slack_voxels)
+    return out
+
+
+def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]) -> tuple[int, np.ndarray] | None:
+    """The highest slice holding a small, round air region near the left-right middle of the
+    body's air: that is the trachea (area 0.7 - 8 cm^2). Returns (z index, 2D mask)."""
+    pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
+    nz, _, nx = candidates.shape
+    for z in range(nz - 1, -1, -1):  # LPS: high z is superior
+        labels, n = ndimage.label(candidates[z], structure=_CROSS2)
+        if n == 0:
+            continue
+        for i in range(1, n + 1):
+            region = labels == i
+            area = region.sum() * pixel_cm2
+            if not 0.7 <= area <= 8.0:
+                continue
+            ys, xs = np.nonzero(region)
+            if abs(xs.mean() - nx / 2) > nx * 0.15:
+                continue
+            extent = (np.ptp(xs) + 1) * spacing_xyz[0], (np.ptp(ys) + 1) * spacing_xyz[1]
+            if max(extent) > 2.5 * min(extent):
+                continue
+            if n <= 2:  # above the lung apices only the trachea (and maybe the esophagus) is air
+                return z, region
+    return None
+
+
+def track_airways(
+    air: np.ndarray,
+    spacing_xyz: tuple[float, float, float],
+    *,
+    max_area_cm2: float = 8.0,
+) -> np.ndarray:
+    """Trachea and main bronchi in a canonical ``(z, y, x)`` mask of air inside the body,
+    followed slice by slice from :func:`trachea_seed` downward: a slice keeps the air regions
+    that overlap the previous slice's airway (one pixel of slack) and are no larger than
+    ``max_area_cm2`` (a trachea or bronchus cross-section). A region that is larger has met the
+    lung's own air (the hilum), so the branch ends there and no lung is ever taken. Empty when
+    no trachea is found (a scan of the lung bases or the abdomen)."""
+    out = np.zeros(air.shape, bool)
+    seed = trachea_seed(air, spacing_xyz)
+    if seed is None:
+        return out
+    z0, region = seed
+    out[z0] = region
+    pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
+    for z in range(z0 - 1, -1, -1):
+        reach = ndimage.binary_dilation(out[z + 1], structure=_CROSS2)
+        labels, n = ndimage.label(air[z], structure=_CROSS2)
+        if n == 0:
+            break
+        touching = np.unique(labels[reach & (labels > 0)])
+        if touching.size == 0:
+            break
+        sizes = np.bincount(labels.ravel(), minlength=n + 1)
+        keep = touching[sizes[touching] * pixel_cm2 <= max_area_cm2]
+        if keep.size == 0:
+            break
+        out[z] = np.isin(labels, keep)
     return out
 
 

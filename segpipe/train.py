@@ -184,11 +184,13 @@ def prepare_data(
     if cfg.data.extra_phantoms:
         from segpipe import synthetic
 
-        phantom_dir = Path(cache_dir) / f"phantoms_seed{cfg.data.phantom_seed}_n{cfg.data.extra_phantoms}_{'x'.join(map(str, cfg.data.phantom_size_xyz))}"
+        overrides = cfg.data.phantom_pathology.overrides()
+        tag = "".join(f"_{k}{v:g}" for k, v in sorted(overrides.items()))
+        phantom_dir = Path(cache_dir) / f"phantoms_seed{cfg.data.phantom_seed}_n{cfg.data.extra_phantoms}_{'x'.join(map(str, cfg.data.phantom_size_xyz))}{tag}"
         if not (phantom_dir / "dataset.json").is_file():
             synthetic.write_dataset(
                 phantom_dir, cfg.data.extra_phantoms, seed=cfg.data.phantom_seed,
-                progress=progress, size_xyz=cfg.data.phantom_size_xyz,
+                progress=progress, size_xyz=cfg.data.phantom_size_xyz, **overrides,
             )
         extra = data_mod.discover(phantom_dir)
         cases += [dataclasses.replace(c, name=f"phantom-{c.name}") for c in extra]

@@ -30,6 +30,8 @@ def test_defaults_round_trip_through_dict() -> None:
         ({"stages": "all"}, "stages: expected both, coarse or fine"),
         ({"coarse": {"network": {"num_classes": 4}}}, "coarse.network.num_classes: expected 2 (lung vs background) or 3"),
         ({"spacing": {"coarse_size_xyz": [64, 64, 64]}}, "spacing.coarse_size_xyz: the fixed-size coarse mode"),
+        ({"data": {"phantom_pathology": {"emphysma": 0.5}}}, "unknown config key data.phantom_pathology.emphysma"),
+        ({"data": {"phantom_pathology": {"collapse": 1.5}}}, "data.phantom_pathology.collapse: expected a probability"),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:
@@ -57,3 +59,9 @@ def test_yaml_loading_and_overrides(tmp_path: Path) -> None:
         load_yaml(tmp_path / "list.yaml", TrainConfig)
     with pytest.raises(ConfigError, match="not found"):
         load_yaml(tmp_path / "missing.yaml", TrainConfig)
+
+
+def test_phantom_pathology_overrides_only_what_is_set() -> None:
+    cfg = from_dict(TrainConfig, {"data": {"phantom_pathology": {"emphysema": 0.5, "collapse": 0.0}}})
+    assert cfg.data.phantom_pathology.overrides() == {"emphysema": 0.5, "collapse": 0.0}
+    assert TrainConfig().data.phantom_pathology.overrides() == {}

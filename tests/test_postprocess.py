@@ -158,3 +158,27 @@ def test_clean_lungs_array_on_a_part_of_the_grid_equals_the_whole(swap: bool) ->
     np.testing.assert_array_equal(part, _lungs())
     assert warnings == warnings_whole
     assert len(warnings) == int(swap)
+
+
+@pytest.mark.parametrize("seed", [11, 13])
+def test_track_airways_finds_the_trachea_and_never_lung(seed: int) -> None:
+    """On a 4 mm grid (the coarse stage's), tracking from the top follows the trachea and the
+    main bronchi down to the hilum: every voxel it takes is airway, none is lung."""
+    from segpipe.synthetic import TISSUES, PhantomSpec, make_phantom
+
+    ph = make_phantom(
+        PhantomSpec(seed=seed, size_xyz=(160, 140, 150), spacing_xyz=(2.0, 2.0, 2.5), coverage="chest"), tissue_map=True
+    )
+    coarse = spatial.resample_image(ph.image, (4.0, 4.0, 4.0))
+    hu = sitk.GetArrayFromImage(coarse)
+    lung = sitk.GetArrayFromImage(spatial.resample_label(ph.label, (4.0, 4.0, 4.0))) > 0
+    airway = sitk.GetArrayFromImage(spatial.resample_label(ph.tissue, (4.0, 4.0, 4.0))) == TISSUES["airway"]
+    tracked = postprocess.track_airways((hu < -900) & postprocess.body_interior(hu), coarse.GetSpacing())
+    slices = np.flatnonzero(tracked.any(axis=(1, 2)))
+    assert len(slices) >= 25  # >= 10 cm of trachea and bronchi
+    assert slices[-1] >= hu.shape[0] - 3  # from the top of the scan
+    assert not (tracked & lung).any()
+    assert np.all(airway[tracked])
+    # lung bases only (no trachea in the field of view): nothing is taken
+    low = hu[: slices[0] - 2]
+    assert not postprocess.track_airways((low < -900) & postprocess.body_interior(low), coarse.GetSpacing()).any()

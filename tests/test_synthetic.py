@@ -215,3 +215,18 @@ def test_cli_bad_options_one_line_exit_2(args: list[str], tmp_path: Path, capsys
     assert code == 2
     assert len(err) == 1 and err[0].startswith("segpipe synth: error: ")
     assert not out.exists()
+
+
+def test_emphysema_includes_confluent_dark_lung_that_stays_lung(rich) -> None:
+    """Confluent low-attenuation areas (no wall) are drawn inside the lungs and keep the lung
+    label: dark lung next to the pleura is lung (a pneumothorax is not)."""
+    info = rich.info["emphysema"]
+    assert len(info["confluent"]) >= 2
+    assert any(c["subpleural"] for c in info["confluent"]) or len(info["confluent"]) >= 2
+    img = sitk.GetArrayFromImage(rich.image)
+    label = sitk.GetArrayFromImage(rich.label)
+    tissue = sitk.GetArrayFromImage(rich.tissue)
+    emph = tissue == TISSUES["emphysema"]
+    assert np.count_nonzero(emph) > 0
+    assert np.all(label[emph] > 0)
+    assert -1000 < np.median(img[emph]) < -900

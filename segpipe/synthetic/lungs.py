@@ -298,7 +298,23 @@ def _emphysema(pts_by_side, lungs, rng, S: float, items: list[Item]) -> dict:
         items.append(Item("bulla_wall", Ellipsoid(c, np.full(3, r + 1.2)), -300.0, "in_lung", T["emphysema"]))
         items.append(Item("bulla", Ellipsoid(c, np.full(3, r)), -1000.0, "in_lung", T["emphysema"]))
         bullae.append({"centre_mm": c.tolist(), "radius_mm": r, "side": side})
-    return {"holes": len(holes), "bullae": bullae}
+    # confluent low-attenuation areas without walls (panlobular, and paraseptal under the
+    # pleura): lobule-to-segment sized regions at -990..-945 HU that the vessels still cross,
+    # anywhere including the dependent lower lobes. Real COPD scans have them (the COPDGene
+    # check case: dark posterior patches in the left lower lobe, next to the pleura); without
+    # them a model takes dark lung next to the chest wall for a pneumothorax
+    confluent = []
+    for _ in range(int(rng.integers(2, 9))):
+        subpleural = rng.random() < 0.5
+        side, c = _pick(pts_by_side, rng, lo=0.3 if subpleural else 0.99, hi=0.9 if subpleural else 1.01)
+        r = rng.uniform(6, 20) * S
+        parts = [Ellipsoid(c + rng.normal(0, 0.5 * r, 3) * (i > 0), r * rng.uniform(0.5, 1.0, 3))
+                 for i in range(int(rng.integers(1, 4)))]
+        lo, hi = np.min([q.lo for q in parts], axis=0), np.max([q.hi for q in parts], axis=0)
+        items.append(Item("emphysema", Union(*parts), SmoothField(rng, lo, hi, 6, 12, rng.uniform(-985, -950)),
+                          "in_lung", T["emphysema"], float(rng.uniform(0.7, 1.0))))
+        confluent.append({"centre_mm": c.tolist(), "radius_mm": float(r), "side": side, "subpleural": subpleural})
+    return {"holes": len(holes), "bullae": bullae, "confluent": confluent}
 
 
 def _effusion(b: Body, lungs, rng, atelectasis: list[Item], carve: list[Item]) -> dict:
