@@ -324,10 +324,12 @@ def track_airways(
 ) -> np.ndarray:
     """Trachea and main bronchi in a canonical ``(z, y, x)`` mask of air inside the body,
     followed slice by slice from :func:`trachea_seed` downward: a slice keeps the air regions
-    that overlap the previous slice's airway (one pixel of slack) and are no larger than
-    ``max_area_cm2`` (a trachea or bronchus cross-section). A region that is larger has met the
-    lung's own air (the hilum), so the branch ends there and no lung is ever taken. Empty when
-    no trachea is found (a scan of the lung bases or the abdomen)."""
+    that overlap the previous slice's airway (one pixel of slack). Tracking stops, keeping
+    nothing of that slice, as soon as it stops looking like a trachea or two main bronchi:
+    more than two regions, together larger than ``max_area_cm2``, or more than twice the
+    previous slice's area (plus 1 cm^2). That is where the airway meets the lung's own air
+    (the hilum) or dark, fragmented parenchyma, so no lung is taken. Empty when no trachea is
+    found (a scan of the lung bases or the abdomen)."""
     out = np.zeros(air.shape, bool)
     seed = trachea_seed(air, spacing_xyz)
     if seed is None:
@@ -335,19 +337,20 @@ def track_airways(
     z0, region = seed
     out[z0] = region
     pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
+    previous = float(region.sum()) * pixel_cm2
     for z in range(z0 - 1, -1, -1):
         reach = ndimage.binary_dilation(out[z + 1], structure=_CROSS2)
         labels, n = ndimage.label(air[z], structure=_CROSS2)
         if n == 0:
             break
         touching = np.unique(labels[reach & (labels > 0)])
-        if touching.size == 0:
+        if not 1 <= touching.size <= 2:
             break
-        sizes = np.bincount(labels.ravel(), minlength=n + 1)
-        keep = touching[sizes[touching] * pixel_cm2 <= max_area_cm2]
-        if keep.size == 0:
+        area = float(np.bincount(labels.ravel(), minlength=n + 1)[touching].sum()) * pixel_cm2
+        if area > max_area_cm2 or area > 2.0 * previous + 1.0:
             break
-        out[z] = np.isin(labels, keep)
+        out[z] = np.isin(labels, touching)
+        previous = area
     return out
 
 

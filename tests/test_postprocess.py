@@ -182,3 +182,18 @@ def test_track_airways_finds_the_trachea_and_never_lung(seed: int) -> None:
     # lung bases only (no trachea in the field of view): nothing is taken
     low = hu[: slices[0] - 2]
     assert not postprocess.track_airways((low < -900) & postprocess.body_interior(low), coarse.GetSpacing()).any()
+
+
+def test_track_airways_stops_at_fragmented_dark_parenchyma() -> None:
+    """Below the trachea, dark lung broken into many small air pieces (emphysema, noise at
+    -900 HU) must not be followed: each piece is small, but together they are no airway."""
+    nz, ny, nx = 40, 64, 64
+    air = np.zeros((nz, ny, nx), bool)
+    yy, xx = np.mgrid[:ny, :nx]
+    tube = (yy - 30) ** 2 + (xx - 32) ** 2 <= 4  # 13 px of 4 x 4 mm: about 2 cm^2
+    air[20:, tube] = True  # trachea in the upper half (z grows upward)
+    rng = np.random.default_rng(0)
+    air[:20, 10:54, 8:56] = rng.random((20, 44, 48)) < 0.3  # speckled dark lung right under it
+    tracked = postprocess.track_airways(air, (4.0, 4.0, 4.0))
+    assert tracked[20:].sum() == 20 * tube.sum()  # the whole trachea
+    assert tracked[:20].sum() <= tube.sum()  # at most one slice of speckle, never a walk through it
