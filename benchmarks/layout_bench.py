@@ -5,7 +5,9 @@ inference mode: contiguous (NCDHW) against channels-last (NDHWC, what
 :func:`segpipe.device.for_inference` picks on the CPU), each in fp32 and under AMP (bf16 on
 the CPU, fp16 on CUDA). Settings are interleaved across repeats so machine noise hits them
 alike; figures are medians per window. It also checks that the layouts agree (largest
-difference of the class probabilities, share of voxels with the same argmax).
+difference of the class probabilities, share of voxels with the same argmax). Then one training
+step (forward, cross-entropy, backward, AdamW) of the same network from the same weights in
+both layouts, under AMP, as ``segpipe train`` runs it (:func:`segpipe.device.fast_layout`).
 
 Run: ``python benchmarks/layout_bench.py [--batch 2] [--repeats 5] [--device auto] [--model FILE]``
 """
@@ -75,6 +77,39 @@ def main(argv: list[str] | None = None) -> int:
         agree = (a.argmax(1) == b.argmax(1)).float().mean().item()
         print(f"{'amp' if amp else 'fp32'}: channels-last vs contiguous: max |dp| {(a - b).abs().max().item():.2e}, "
               f"argmax agrees on {100 * agree:.4f}% of voxels")
+    # training step, both layouts from the same weights
+    target = torch.randint(0, cfg.network.num_classes, (args.batch, *reversed(cfg.patch_xyz)),
+                           generator=torch.Generator().manual_seed(1)).to(device)
+    step_times: dict[str, list[float]] = {}
+    trainers = {}
+    for layout, net in nets.items():
+        model = build_network(cfg.network).to(device)
+        model.load_state_dict(seg.weights["fine"])
+        if layout == "channels_last":
+            model = model.to(memory_format=torch.channels_last_3d)
+        trainers[layout] = (model.train(), torch.optim.AdamW(model.parameters(), lr=1e-4))
+
+    def train_step(layout: str) -> None:
+        model, opt = trainers[layout]
+        with autocast(device, True):
+            loss = torch.nn.functional.cross_entropy(model(x).float(), target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for layout in trainers:
+        train_step(layout)  # warm-up
+    for _ in range(args.repeats):
+        for layout in trainers:
+            t = time.perf_counter()
+            train_step(layout)
+            step_times.setdefault(layout, []).append(time.perf_counter() - t)
+    base_step = statistics.median(step_times["contiguous"])
+    for layout, ts in step_times.items():
+        med = statistics.median(ts)
+        print(f"training step (AMP, batch {args.batch}), {layout:<14}{med:>8.3f} s{base_step / med:>8.2f}x")
     return 0
 
 

@@ -339,7 +339,7 @@ def train_stage(
     import torch.nn as nn
     from monai.losses import DiceCELoss
 
-    from segpipe.device import autocast, make_grad_scaler, resolve_device
+    from segpipe.device import autocast, fast_layout, make_grad_scaler, resolve_device
     from segpipe.memory import MemoryRecorder
     from segpipe.modelfile import atomic_torch_save
     from segpipe.network import build_network
@@ -351,7 +351,7 @@ def train_stage(
         device = torch.device("cuda", dist_info.local_rank)
         torch.cuda.set_device(device)
     torch.manual_seed(cfg.seed)
-    model = build_network(stage.network).to(device)
+    model = fast_layout(build_network(stage.network).to(device), device)  # channels-last on the CPU
     if cfg.init_model and not (resume and _checkpoint_paths(run_dir, stage_name)[0].is_file()):
         model.load_state_dict(initial_weights(cfg.init_model, stage_name, model.settings(), cfg))
         if dist_info.main:
