@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                            generator=torch.Generator().manual_seed(1)).to(device)
     step_times: dict[str, list[float]] = {}
     trainers = {}
-    for layout, net in nets.items():
+    for layout in nets:
         model = build_network(cfg.network).to(device)
         model.load_state_dict(seg.weights["fine"])
         if layout == "channels_last":

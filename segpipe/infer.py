@@ -9,9 +9,10 @@ lungs combined -> postprocess -> original orientation -> exactly the input's geo
 Memory stays bounded: no full-scan float array at the fine spacing and no full-scan
 probability map is ever built; the largest arrays are the input itself, the uint8 output
 (held only over the lungs' boxes until the end) and one lung crop. A scan the segmenter read
-itself (a path) is freed before the full-size mask is built. The coarse network is released before the fine stage runs. On CUDA
-out-of-memory the fine stage retries with the accumulation buffer on the CPU and a window
-batch of 1, then entirely on the CPU, and the report says so.
+itself (a path) is freed before the full-size mask is built. The coarse network is released
+before the fine stage runs. On CUDA out-of-memory the fine stage retries with the
+accumulation buffer on the CPU and a window batch of 1, then entirely on the CPU, and the
+report says so.
 
 Example:
     >>> seg = LungSegmenter.from_file("runs/x/model.pt")            # doctest: +SKIP
@@ -308,9 +309,10 @@ class LungSegmenter:
         t = time.perf_counter()
         size_xyz = np.asarray(canonical.GetSize())
         ranges = [spatial.box_index_range(canonical, b) for b in boxes.values()]
-        lo = np.clip(np.min([r[0] for r in ranges], axis=0), 0, size_xyz) if ranges else np.zeros(3, int)
-        hi = np.clip(np.max([r[1] for r in ranges], axis=0), 0, size_xyz) if ranges else np.zeros(3, int)
-        hi = np.maximum(hi, lo)
+        lo = hi = np.zeros(3, int)
+        if ranges:
+            lo = np.clip(np.min([r[0] for r in ranges], axis=0), 0, size_xyz)
+            hi = np.maximum(np.clip(np.max([r[1] for r in ranges], axis=0), 0, size_xyz), lo)
         offset = tuple(int(v) for v in lo)
         out = np.zeros(tuple(int(v) for v in (hi - lo)[::-1]), np.uint8)
         if boxes and out.size:

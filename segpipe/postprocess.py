@@ -101,37 +101,27 @@ def _bounding_box(mask: np.ndarray, pad: int = 0) -> tuple[slice, ...] | None:
     return tuple(slice(max(int(n[0]) - pad, 0), int(n[-1]) + 1 + pad) for n in nonzero)
 
 
-def _centroid_index(array: np.ndarray, value: int) -> np.ndarray | None:
-    """Mean (x, y, z) index of the voxels equal to ``value``, from per-axis projections (no
-    index arrays); ``None`` when there are none."""
-    mask = array == value
-    count = int(np.count_nonzero(mask))
-    if count == 0:
-        return None
-    mean_zyx = [
-        float((mask.sum(axis=tuple(a for a in range(3) if a != axis), dtype=np.int64) * np.arange(mask.shape[axis])).sum()) / count
-        for axis in range(3)
-    ]
-    return np.array(mean_zyx[::-1])
-
-
-def _swap_if_needed(array: np.ndarray, reference: sitk.Image | spatial.Geometry, offset_xyz: tuple[int, int, int]) -> list[str]:
-    """:func:`check_sides` on ``array`` (in place), a part of ``reference``'s grid that starts
-    at index ``offset_xyz``."""
-    right = _centroid_index(array, 1)
-    left = _centroid_index(array, 2)
+def _sides_swapped(array: np.ndarray, reference: sitk.Image | spatial.Geometry, offset_xyz: tuple[int, int, int]) -> list[str]:
+    """The warning of :func:`check_sides` when labels 1 and 2 of ``array`` (the part of
+    ``reference``'s grid that starts at index ``offset_xyz``) are on the wrong sides, else []."""
+    right = spatial.centroid_index(array, 1)
+    left = spatial.centroid_index(array, 2)
     if right is None or left is None:
         return []
     right_mm, left_mm = spatial.index_to_physical(reference, np.stack([right, left]) + np.asarray(offset_xyz))
     if right_mm[0] < left_mm[0]:
         return []
-    ones = array == 1
-    array[array == 2] = 1
-    array[ones] = 2
     return [
         "labels 1 and 2 were on the wrong sides (label 1 must be the patient's right lung, at lower x "
         f"in LPS: x = {right_mm[0]:.1f} mm vs {left_mm[0]:.1f} mm); swapped them"
     ]
+
+
+def _swap_sides(array: np.ndarray) -> None:
+    """Exchange labels 1 and 2 in place."""
+    ones = array == 1
+    array[array == 2] = 1
+    array[ones] = 2
 
 
 def check_sides(label: sitk.Image) -> tuple[sitk.Image, list[str]]:
@@ -140,14 +130,13 @@ def check_sides(label: sitk.Image) -> tuple[sitk.Image, list[str]]:
     When both lungs are present and their centroids are in the wrong order, the labels are
     swapped and a warning says so. Returns the (possibly swapped) label and the warnings.
     """
-    array = np.array(sitk.GetArrayViewFromImage(label))
-    box = _bounding_box(array)
-    if box is None:
-        return label, []
-    sub = array[box]
-    warnings = _swap_if_needed(sub, label, tuple(int(s.start) for s in reversed(box)))  # type: ignore[arg-type]
+    view = sitk.GetArrayViewFromImage(label)
+    box = _bounding_box(view)
+    warnings = [] if box is None else _sides_swapped(view[box], label, tuple(int(s.start) for s in reversed(box)))  # type: ignore[arg-type]
     if not warnings:
         return label, []
+    array = np.array(view)
+    _swap_sides(array)
     return spatial.copy_geometry(array, label), warnings
 
 
@@ -205,7 +194,10 @@ def clean_lungs_array(
             warnings.append(f"removed a {side} lung of only {volume:.1f} mL (below {min_volume_ml} mL)")
     sub[...] = out
     start = tuple(int(o) + int(s.start) for o, s in zip(offset_xyz, reversed(box)))
-    return warnings + _swap_if_needed(sub, reference, start)  # type: ignore[arg-type]
+    swapped = _sides_swapped(sub, reference, start)  # type: ignore[arg-type]
+    if swapped:
+        _swap_sides(sub)
+    return warnings + swapped
 
 
 def _split_single(mask: np.ndarray) -> np.ndarray:

@@ -45,6 +45,7 @@ __all__ = [
     "crop_to_box",
     "paste",
     "physical_centroid",
+    "centroid_index",
     "voxel_volume_ml",
 ]
 
@@ -438,17 +439,16 @@ def paste(crop: sitk.Image, into: sitk.Image) -> sitk.Image:
 
 
 # ----------------------------------------------------------------------------- measurements
-def physical_centroid(label: sitk.Image, value: int) -> tuple[float, float, float] | None:
-    """Mean LPS position (mm) of the voxels equal to ``value``; ``None`` if there are none."""
-    array = sitk.GetArrayViewFromImage(label)
+def centroid_index(array_zyx: np.ndarray, value: int) -> np.ndarray | None:
+    """Mean (x, y, z) index of the voxels of a ``(z, y, x)`` array equal to ``value``; ``None``
+    if there are none. Per-axis projections in slabs of 64 slices: no index arrays and no
+    full-size temporary for a big mask."""
     mean_zyx = []
-    count = 0
-    for axis in range(3):  # projections instead of index arrays: no 3 x N int64 copy of a big mask
+    for axis in range(3):
         other = tuple(a for a in range(3) if a != axis)
-        hist = np.zeros(array.shape[axis], np.int64)
-        for z0 in range(0, array.shape[0], 64):
-            sub = array[z0 : z0 + 64] == value
-            part = sub.sum(axis=other, dtype=np.int64)
+        hist = np.zeros(array_zyx.shape[axis], np.int64)
+        for z0 in range(0, array_zyx.shape[0], 64):
+            part = (array_zyx[z0 : z0 + 64] == value).sum(axis=other, dtype=np.int64)
             if axis == 0:
                 hist[z0 : z0 + len(part)] += part
             else:
@@ -457,7 +457,14 @@ def physical_centroid(label: sitk.Image, value: int) -> tuple[float, float, floa
         if count == 0:
             return None
         mean_zyx.append(float((hist * np.arange(len(hist))).sum() / count))
-    mean_xyz = np.array(mean_zyx[::-1])
+    return np.array(mean_zyx[::-1])
+
+
+def physical_centroid(label: sitk.Image, value: int) -> tuple[float, float, float] | None:
+    """Mean LPS position (mm) of the voxels equal to ``value``; ``None`` if there are none."""
+    mean_xyz = centroid_index(sitk.GetArrayViewFromImage(label), value)
+    if mean_xyz is None:
+        return None
     return tuple(index_to_physical(label, mean_xyz[None])[0].tolist())  # type: ignore[return-value]
 
 
