@@ -10,18 +10,34 @@ bf16 has fp32's exponent range) on the CPU. Callers never branch on the device t
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
+
+Whether AMP *helps* is a separate question, answered by :func:`use_amp`: on CUDA it always does;
+on the CPU bf16 is fast only where oneDNN has native bf16 kernels (AVX-512 or AMX). On an
+AVX2-only CPU (many AMD EPYC and desktop parts) bf16 autocast is emulated and about 25x
+*slower* than fp32 (``benchmarks/layout_bench.py``: 5.1 s vs 0.16 s per 64^3 window), so
+training and inference run fp32 there. ``SEGPIPE_CPU_BF16=1`` or ``0`` overrides the check.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
+import os
 from typing import Any
 
 import torch
 
 from segpipe.errors import ConfigError
 
-__all__ = ["resolve_device", "amp_dtype", "autocast", "make_grad_scaler", "fast_layout", "for_inference"]
+__all__ = [
+    "resolve_device", "amp_dtype", "autocast", "make_grad_scaler", "fast_layout", "for_inference",
+    "cpu_has_fast_bf16", "use_amp", "precision_name",
+]
+
+log = logging.getLogger("segpipe")
+#: Environment variable that forces CPU bf16 autocast on (``1``) or off (``0``).
+CPU_BF16_ENV = "SEGPIPE_CPU_BF16"
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -58,6 +74,49 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 def amp_dtype(device: str | torch.device) -> torch.dtype:
     """The autocast dtype for ``device``: float16 on CUDA, bfloat16 elsewhere (CPU)."""
     return torch.float16 if torch.device(device).type == "cuda" else torch.bfloat16
+
+
+@functools.lru_cache(maxsize=1)
+def _native_cpu_bf16() -> bool:
+    try:  # oneDNN's own answer: bf16 kernels for this CPU (AVX-512 core / AVX512-BF16 / AMX)
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # pragma: no cover - older or unusual builds
+        return any(k in torch.backends.cpu.get_cpu_capability() for k in ("AVX512", "AMX"))
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether bf16 autocast speeds this CPU up (native oneDNN bf16 kernels), unless
+    ``SEGPIPE_CPU_BF16`` says otherwise (``1``: yes, ``0``: no)."""
+    forced = os.environ.get(CPU_BF16_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    if forced:
+        raise ConfigError(f"{CPU_BF16_ENV}: expected 0 or 1, got {forced!r}")
+    return _native_cpu_bf16()
+
+
+_warned_fp32 = False
+
+
+def use_amp(device: str | torch.device, requested: bool) -> bool:
+    """Whether to run ``requested`` mixed precision on ``device``: always on CUDA; on the CPU
+    only where bf16 is native (:func:`cpu_has_fast_bf16`), else fp32 (said once in the log).
+    Memory models call :func:`autocast` directly instead: they model a device, not this CPU."""
+    global _warned_fp32
+    if not requested or torch.device(device).type == "cuda":
+        return requested
+    if cpu_has_fast_bf16():
+        return True
+    if not _warned_fp32:
+        log.info("this CPU has no native bf16 (%s): running fp32, which is faster here "
+                 "(%s=1 forces bf16)", torch.backends.cpu.get_cpu_capability(), CPU_BF16_ENV)
+        _warned_fp32 = True
+    return False
+
+
+def precision_name(device: str | torch.device, amp: bool) -> str:
+    """``"fp16"``, ``"bf16"`` or ``"fp32"``: what :func:`autocast` runs with ``amp`` on ``device``."""
+    return ("fp16" if torch.device(device).type == "cuda" else "bf16") if amp else "fp32"
 
 
 def autocast(device: str | torch.device, enabled: bool = True) -> contextlib.AbstractContextManager[Any]:

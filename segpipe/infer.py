@@ -80,11 +80,11 @@ def sliding_window_probs(
     from monai.inferers import sliding_window_inference
 
     from segpipe.data import normalise_hu
-    from segpipe.device import autocast
+    from segpipe.device import autocast, use_amp
 
     accumulate_on = device if accumulate_on is None else accumulate_on
     x = torch.from_numpy(normalise_hu(array_zyx, window_hu))[None, None].to(accumulate_on)
-    with torch.inference_mode(), autocast(device, stage.amp):
+    with torch.inference_mode(), autocast(device, use_amp(device, stage.amp)):
         logits = sliding_window_inference(
             x, roi_size=tuple(reversed(stage.patch_xyz)), sw_batch_size=sw_batch or stage.batch_size, predictor=net,
             overlap=stage.overlap if overlap is None else overlap, mode="gaussian", sw_device=device, device=accumulate_on,
@@ -270,6 +270,8 @@ class LungSegmenter:
         warnings."""
         import torch
 
+        from segpipe.device import precision_name, use_amp
+
         timings: dict[str, float] = {}
         warnings: list[str] = []
         notes: list[str] = []
@@ -362,6 +364,7 @@ class LungSegmenter:
                 "cuda_max_allocated": int(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else None,
             },
             "device": str(self.device),
+            "precision": precision_name(self.device, use_amp(self.device, self.fine_cfg.amp)),
             "fast": self.fast,
             "hu_offset": hu_offset,
             "fallbacks": notes,

@@ -339,7 +339,7 @@ def train_stage(
     import torch.nn as nn
     from monai.losses import DiceCELoss
 
-    from segpipe.device import autocast, fast_layout, make_grad_scaler, resolve_device
+    from segpipe.device import autocast, fast_layout, make_grad_scaler, resolve_device, use_amp
     from segpipe.memory import MemoryRecorder
     from segpipe.modelfile import atomic_torch_save
     from segpipe.network import build_network
@@ -364,7 +364,8 @@ def train_stage(
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, total_steps, cfg.optim.warmup_steps, cfg.optim.schedule)
     )
-    scaler = make_grad_scaler(device, stage.amp)
+    amp = use_amp(device, stage.amp)  # bf16 on a CPU without native bf16 would be ~25x slower
+    scaler = make_grad_scaler(device, amp)
     loss_fn = DiceCELoss(to_onehot_y=True, softmax=True, squared_pred=False, smooth_nr=1e-5, smooth_dr=1e-5)
 
     per_rank_batch = stage.batch_size
@@ -428,7 +429,7 @@ def train_stage(
             sync = pending + 1 == stage.accumulation
             ctx = train_model.no_sync() if dist_info.enabled and not sync else contextlib.nullcontext()
             with ctx, recorder.step():
-                with autocast(device, stage.amp):
+                with autocast(device, amp):
                     logits = train_model(x)
                 loss = loss_fn(logits.float(), y)
                 finite = _all_true(bool(torch.isfinite(loss).item()), dist_info, device)

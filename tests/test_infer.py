@@ -92,6 +92,25 @@ def test_output_geometry_is_exactly_the_input_geometry(model_path: Path, scan: s
     assert set(result.report["timings_s"]) >= {"coarse_s", "fine_s", "total_s"}
 
 
+def test_amp_model_runs_bf16_only_where_the_cpu_has_it(
+    model_path: Path, scan: sitk.Image, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model that asks for AMP runs bf16 on a CPU with native bf16 and fp32 elsewhere
+    (emulated bf16 is ~25x slower); the report says which, and the masks agree."""
+    import dataclasses
+
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    seg.coarse_cfg = dataclasses.replace(seg.coarse_cfg, amp=True)
+    seg.fine_cfg = dataclasses.replace(seg.fine_cfg, amp=True)
+    masks = {}
+    for forced, precision in (("1", "bf16"), ("0", "fp32")):
+        monkeypatch.setenv("SEGPIPE_CPU_BF16", forced)
+        result = seg.predict_with_report(scan)
+        assert result.report["precision"] == precision
+        masks[precision] = sitk.GetArrayFromImage(result.label)
+    assert np.mean(masks["bf16"] == masks["fp32"]) > 0.99
+
+
 def test_anisotropic_numpy_input_and_no_lung_warning(model_path: Path, scan: sitk.Image) -> None:
     seg = infer.LungSegmenter.from_file(model_path, device="cpu")
     array = sitk.GetArrayFromImage(scan)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from segpipe.config import NetworkConfig
-from segpipe.device import amp_dtype, autocast, make_grad_scaler, resolve_device
+from segpipe.device import CPU_BF16_ENV, amp_dtype, autocast, make_grad_scaler, precision_name, resolve_device, use_amp
 from segpipe.errors import ConfigError, GeometryError
 from segpipe.memory import estimate_network
 from segpipe.network import (
@@ -223,6 +223,29 @@ def test_device_helpers() -> None:
     assert not scaler.is_enabled()
     loss = torch.tensor(2.0, requires_grad=True)
     assert scaler.scale(loss) is loss
+
+
+def test_amp_runs_on_the_cpu_only_where_bf16_is_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 autocast is ~25x slower than fp32 on an AVX2-only CPU: use_amp turns it off there."""
+    import segpipe.device as device_mod
+
+    monkeypatch.delenv(CPU_BF16_ENV, raising=False)
+    for native in (True, False):
+        monkeypatch.setattr(device_mod, "_native_cpu_bf16", lambda native=native: native)
+        assert use_amp("cpu", True) is native
+        assert use_amp("cpu", False) is False
+        assert use_amp("cuda", True) is True  # fp16 on CUDA always pays
+        assert precision_name("cpu", use_amp("cpu", True)) == ("bf16" if native else "fp32")
+    # the environment overrides the check both ways
+    monkeypatch.setenv(CPU_BF16_ENV, "1")
+    assert use_amp("cpu", True) is True
+    monkeypatch.setenv(CPU_BF16_ENV, "0")
+    monkeypatch.setattr(device_mod, "_native_cpu_bf16", lambda: True)
+    assert use_amp("cpu", True) is False
+    monkeypatch.setenv(CPU_BF16_ENV, "yes")
+    with pytest.raises(ConfigError, match="SEGPIPE_CPU_BF16: expected 0 or 1"):
+        use_amp("cpu", True)
+    assert precision_name("cuda", True) == "fp16" and precision_name("cuda", False) == "fp32"
 
 
 def test_shipped_default_config_matches_the_defaults() -> None:
