@@ -66,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"fine network {cfg.network.base_width}-{cfg.network.max_width} wide, windows {cfg.patch_xyz} (x y z), "
           f"batch {args.batch}, device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if device.type == "cpu":
+        from segpipe.device import cpu_has_fast_bf16
+
+        print(f"CPU capability {torch.backends.cpu.get_cpu_capability()}, native bf16: "
+              f"{'yes (segpipe runs AMP as bf16)' if cpu_has_fast_bf16() else 'no (segpipe runs fp32 here)'}")
     base = statistics.median(times[("contiguous", False)])
     print(f"{'layout':<15}{'precision':<11}{'s / window':>12}{'vs contiguous fp32':>21}")
     for layout, amp in settings:
