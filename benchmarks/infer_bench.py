@@ -14,8 +14,9 @@ child, cross-checked with the child's own ``VmHWM``):
     then back to the scan's grid as the cascade does it (P(background) linearly, lung where it
     is below 0.5; sides by nearest neighbour), but over the whole grid at once, as MONAI's
     ``Invertd`` does with a plain pipeline's probabilities (``--single-resample labels``: nearest
-    neighbour labels instead, leaner and rougher), then the cascade's postprocess
-    (:func:`segpipe.postprocess.clean_lungs`) and original orientation.
+    neighbour labels instead, leaner and rougher), then the cascade's postprocess (fat cleared,
+    :func:`segpipe.postprocess.clear_fat`; :func:`segpipe.postprocess.clean_lungs`) and
+    original orientation.
 (c) ``lungmask``: lungmask's own 2D U-Net (R231 architecture, random weights: timing only)
     through ``lungmask.LMInferer`` (LPS reorientation, per-slice body crop and resize to
     256 x 256, HU clip, batches of 20 slices, masks resized back). lungmask's volume
@@ -308,7 +309,7 @@ def _single_stage(seg: Any, path: Path, resample: str) -> Any:
 
     from segpipe import io, spatial
     from segpipe.infer import sliding_window_probs
-    from segpipe.postprocess import body_interior, body_midline_x, clean_lungs, split_sides
+    from segpipe.postprocess import body_interior, body_midline_x, clean_lungs, clear_fat, split_sides
 
     img = io.read_image(path)
     canonical, code = spatial.to_canonical(img)
@@ -337,6 +338,10 @@ def _single_stage(seg: Any, path: Path, resample: str) -> Any:
         arr = sitk.GetArrayFromImage(back)
         arr[sitk.GetArrayViewFromImage(bg_full) >= 0.5] = 0
         back = spatial.copy_geometry(arr, canonical)
+    arr = sitk.GetArrayFromImage(back)  # fat is never lung, as in the cascade
+    clear_fat(arr, sitk.GetArrayViewFromImage(canonical), canonical.GetSpacing())
+    back = spatial.copy_geometry(arr, canonical)
+    del arr
     label_c, _ = clean_lungs(back)
     label = spatial.from_canonical(label_c, img) if code != spatial.CANONICAL else label_c
     label.CopyInformation(img)

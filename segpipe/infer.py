@@ -474,10 +474,13 @@ class LungSegmenter:
         """Turn the lung voxels of ``out`` (the part of the canonical grid that starts at index
         ``offset``, x y z) into 1 (right) / 2 (left) with the per-row boundary between the
         coarse stage's sided lungs (physical geometry). Voxels outside the body (the coarse body
-        mask) or in the trachea and main bronchi (tracked on the coarse grid) are cleared: air
-        around the patient inside a lung's box, and the large airways, are never lung."""
-        from segpipe.postprocess import side_boundary
+        mask), in the trachea and main bronchi (tracked on the coarse grid) or in fat
+        (:func:`segpipe.postprocess.fat_in_lung`, on the scan's own voxels) are cleared: air
+        around the patient inside a lung's box, the large airways and fat are never lung."""
+        from segpipe.postprocess import fat_in_lung, side_boundary
 
+        hu = sitk.GetArrayViewFromImage(canonical)  # a view: no copy of the scan
+        spacing_yx = (float(canonical.GetSpacing()[1]), float(canonical.GetSpacing()[0]))
         boundary_c = side_boundary(self._coarse_sides)
         sp_f = np.asarray(canonical.GetSpacing())
         sp_c = np.asarray(coarse_img.GetSpacing())
@@ -494,8 +497,9 @@ class LungSegmenter:
             if not lung.any():
                 continue
             inside = (self._coarse_body[kc[z]] & ~self._coarse_airways[kc[z]])[np.ix_(jc, ic)]
-            sl[lung & ~inside] = 0
             lung &= inside
+            lung &= ~fat_in_lung(lung, hu[z + oz, oy:oy + fy, ox:ox + fx], spacing_yx)
+            sl[~lung] = 0
             bf = (boundary_c[kc[z], jc] + 0.5) * sp_c[0] / sp_f[0] - 0.5  # (fy,) in full-grid x units
             right = xs[None, :] < bf[:, None]
             sl[lung & right] = 1

@@ -16,10 +16,58 @@ from scipy import ndimage
 
 from segpipe import spatial
 
-__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways"]
+__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways", "fat_in_lung", "clear_fat", "FAT_HU"]
 
 _FULL = ndimage.generate_binary_structure(3, 1)
 _CROSS2 = ndimage.generate_binary_structure(2, 1)
+
+
+#: HU range of fat (in-plane smoothed): lung never contains a blob of it. Consolidation,
+#: atelectasis and effusion (0..+60 HU) and ground glass (-700..-300 HU) lie outside it.
+FAT_HU = (-200.0, -30.0)
+_FAT_SMOOTH_MM = 1.0  # in-plane Gaussian sigma before the HU test (noise)
+_FAT_OPEN_MM = 2.0  # in-plane opening radius: thinner bands are partial volume at the lung's edge
+_FAT_LUNG_MID_HU = -475.0  # half way between aerated lung (-850) and fat (-100)
+
+
+def fat_in_lung(lung: np.ndarray, hu: np.ndarray, spacing_yx: tuple[float, float]) -> np.ndarray:
+    """The voxels of one axial slice's ``lung`` mask that are fat: in-plane smoothed HU within
+    :data:`FAT_HU`, in blobs that survive an in-plane opening of :data:`_FAT_OPEN_MM` (the thin
+    band of partial volume where aerated lung meets the chest wall, the heart or a consolidation
+    does not), then grown back to where the smoothed HU is half way between lung and fat.
+    Pericardial fat pads and mediastinal fat next to a lung are what a network most
+    often takes for lung; lung itself never holds a fat blob."""
+    lung = np.asarray(lung, bool)
+    out = np.zeros(lung.shape, bool)
+    box = _bounding_box(lung, pad=int(np.ceil(3 * _FAT_SMOOTH_MM / min(spacing_yx))))
+    if box is None:
+        return out
+    sigma = tuple(_FAT_SMOOTH_MM / float(s) for s in spacing_yx)
+    smooth = ndimage.gaussian_filter(np.asarray(hu[box], np.float32), sigma=sigma, mode="nearest")
+    fat = lung[box] & (smooth > FAT_HU[0]) & (smooth < FAT_HU[1])
+    if not fat.any():
+        return out
+    radius = max(1, int(round(_FAT_OPEN_MM / min(spacing_yx))))
+    core = ndimage.binary_opening(fat, structure=_CROSS2, iterations=radius)
+    if core.any():  # back out to the middle of the fat-lung transition (50 % partial volume)
+        rim = lung[box] & (smooth > _FAT_LUNG_MID_HU)
+        core = ndimage.binary_dilation(core, structure=_CROSS2, iterations=radius, mask=rim)
+    out[box] = core
+    return out
+
+
+def clear_fat(label: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float]) -> int:
+    """Set the fat in a ``(z, y, x)`` label array to background, slice by slice
+    (:func:`fat_in_lung`); returns the number of voxels cleared."""
+    spacing_yx = (float(spacing_xyz[1]), float(spacing_xyz[0]))
+    cleared = 0
+    for z in range(label.shape[0]):
+        lung = label[z] > 0
+        if lung.any():
+            fat = fat_in_lung(lung, hu[z], spacing_yx)
+            label[z][fat] = 0
+            cleared += int(np.count_nonzero(fat))
+    return cleared
 
 
 def _label(mask: np.ndarray) -> tuple[np.ndarray, int]:

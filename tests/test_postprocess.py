@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import SimpleITK as sitk
 
+from scipy import ndimage
+
 from segpipe import postprocess, spatial
 
 
@@ -197,3 +199,49 @@ def test_track_airways_stops_at_fragmented_dark_parenchyma() -> None:
     tracked = postprocess.track_airways(air, (4.0, 4.0, 4.0))
     assert tracked[20:].sum() == 20 * tube.sum()  # the whole trachea
     assert tracked[:20].sum() <= tube.sum()  # at most one slice of speckle, never a walk through it
+
+
+# ----------------------------------------------------------------------------- fat is never lung
+def _slice_with_blobs(spacing: float) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """A 120 x 120 mm slice: soft tissue (+40 HU) with an ellipse of lung (-850 HU, noisy)
+    holding a fat pad (-100 HU), a consolidation (+35 HU) and ground glass (-500 HU), each a
+    12 mm disc; the network's lung mask covers the whole ellipse (blobs included)."""
+    n = int(round(120 / spacing))
+    yy, xx = (np.mgrid[0:n, 0:n] + 0.5) * spacing
+    rng = np.random.default_rng(0)
+    hu = np.full((n, n), 40.0, np.float32)
+    lung = ((yy - 60) / 45) ** 2 + ((xx - 60) / 35) ** 2 <= 1
+    hu[lung] = -850.0
+    blobs = {}
+    for name, (cy, cx, value) in {"fat": (30, 60, -100.0), "consolidation": (60, 50, 35.0), "ground_glass": (85, 65, -500.0)}.items():
+        blobs[name] = (yy - cy) ** 2 + (xx - cx) ** 2 <= 6.0**2
+        hu[blobs[name]] = value
+    hu += rng.normal(0, 25, hu.shape).astype(np.float32)
+    return lung, hu, blobs
+
+
+@pytest.mark.parametrize("spacing", [0.6, 0.9])
+def test_fat_blob_in_the_lung_mask_is_cleared_and_nothing_else(spacing: float) -> None:
+    from segpipe.postprocess import fat_in_lung
+
+    lung, hu, blobs = _slice_with_blobs(spacing)
+    fat = fat_in_lung(lung, hu, (spacing, spacing))
+    assert fat.sum() >= 0.8 * blobs["fat"].sum()                       # the fat pad goes
+    assert not (fat & blobs["consolidation"]).any()                    # consolidation stays lung
+    assert not (fat & blobs["ground_glass"]).any()                     # ground glass stays lung
+    assert not (fat & ~blobs["fat"]).sum() > 0.05 * blobs["fat"].sum()  # partial-volume rims stay
+    edge = lung & ~ndimage.binary_erosion(lung, iterations=3)
+    assert not (fat & edge).any()  # the lung's own edge against soft tissue is not "fat"
+
+
+def test_clear_fat_works_slice_by_slice_on_a_label_volume() -> None:
+    from segpipe.postprocess import clear_fat
+
+    lung, hu, blobs = _slice_with_blobs(0.8)
+    label = np.stack([np.where(lung, 1, 0), np.where(lung, 2, 0), np.zeros_like(lung, int)]).astype(np.uint8)
+    hu3 = np.stack([hu, hu, hu])
+    cleared = clear_fat(label, hu3, (0.8, 0.8, 2.5))
+    gone = (label == 0) & np.stack([lung, lung, np.zeros_like(lung)])
+    assert cleared == int(gone.sum()) > 0
+    assert (gone[0] == gone[1]).all() and not gone[2].any()  # the same per slice, whatever the side
+    assert gone[0].sum() >= 0.8 * blobs["fat"].sum() and not (gone[0] & blobs["consolidation"]).any()
