@@ -120,6 +120,11 @@ class LungSegmenter:
         progress: bool = False,
         min_lung_ml: float = MIN_LUNG_ML,
     ) -> None:
+        # the inference libraries are imported here, with the model, not inside the first
+        # predict: importing MONAI alone takes 2-4 s, a set-up cost paid once per process
+        import monai.inferers  # noqa: F401
+        import scipy.ndimage  # noqa: F401
+
         from segpipe.device import resolve_device
 
         if not min_lung_ml >= 0:
