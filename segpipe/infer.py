@@ -5,6 +5,11 @@ spacing -> one box per lung in physical mm -> fine stage per lung (crop of the o
 at the box, resampled to the fine spacing, MONAI sliding window with Gaussian blending) ->
 probabilities back onto the crop's region of the original grid, incremental argmax, both
 lungs combined -> postprocess -> original orientation -> exactly the input's geometry.
+When the two lungs' boxes overlap so much that one sliding window over their union takes
+fewer windows than one per box (the usual case: the boxes share the mediastinum), the fine
+stage runs once over the union (report: ``fine_regions``); sides come from geometry either way.
+Fat (:func:`segpipe.postprocess.fat_in_lung`), the trachea and main bronchi, and air outside
+the body are never lung.
 
 Memory stays bounded: no full-scan float array at the fine spacing and no full-scan
 probability map is ever built; the largest arrays are the input itself, the uint8 output
@@ -23,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import resource
 import time
 from dataclasses import dataclass, field
@@ -90,6 +96,17 @@ def sliding_window_probs(
             overlap=stage.overlap if overlap is None else overlap, mode="gaussian", sw_device=device, device=accumulate_on,
         )
     return torch.softmax(logits.float(), dim=1)[0].cpu()
+
+
+def window_count(size_xyz: tuple[int, ...], patch_xyz: tuple[int, ...], overlap: float) -> int:
+    """How many windows MONAI's sliding-window inferer runs over a volume of ``size_xyz``
+    (its ``dense_patch_slices``: windows ``int(patch * (1 - overlap))`` apart, the last one
+    flush with the end; a volume smaller than the patch is padded to one window)."""
+    n = 1
+    for size, patch in zip(size_xyz, patch_xyz):
+        interval = patch if size == patch else max(int(patch * (1 - overlap)), 1)
+        n *= max(0, math.ceil((size - patch) / interval)) + 1
+    return n
 
 
 class LungSegmenter:
@@ -322,12 +339,13 @@ class LungSegmenter:
             hi = np.maximum(np.clip(np.max([r[1] for r in ranges], axis=0), 0, size_xyz), lo)
         offset = tuple(int(v) for v in lo)
         out = np.zeros(tuple(int(v) for v in (hi - lo)[::-1]), np.uint8)
+        regions = self._fine_regions(canonical, boxes)
+        fine_regions = {name: {**box.to_dict(), "windows": self._windows(canonical, box)} for name, box in regions.items()}
         if boxes and out.size:
             self._fine_net = self._network("fine", self.device)
             self._fine_net_device = self.device
-            for side, _ in _SIDES:
-                if side in boxes:
-                    self._segment_lung(canonical, boxes[side], out, offset, notes)
+            for box in regions.values():
+                self._segment_lung(canonical, box, out, offset, notes)
             del self._fine_net
             self._assign_sides(out, offset, canonical, coarse_img)
             if self.device.type == "cuda":
@@ -362,6 +380,7 @@ class LungSegmenter:
             "orientation": code,
             "volumes_ml": volumes,
             "boxes_mm": {side: box.to_dict() for side, box in boxes.items()},
+            "fine_regions": fine_regions,
             "spacings_used_mm": {"coarse": [round(s, 4) for s in coarse_mm], "fine": list(self.fine_mm)},
             "timings_s": {k: round(v, 3) for k, v in timings.items()},
             "peak_memory": {
@@ -392,6 +411,22 @@ class LungSegmenter:
         and, with ``qc``, ``<output stem>.png``. Returns the report."""
         job = Job(Path(input), io.check_output_path(output, overwrite=overwrite))
         return segment_job(self, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid)
+
+    def _windows(self, canonical: sitk.Image, box: spatial.Box) -> int:
+        """Fine-stage windows for ``box`` (its part of the scan's fine lattice)."""
+        size = spatial.lattice_grid(canonical, self.fine_mm, box).GetSize()
+        return window_count(size, self.fine_cfg.patch_xyz, 0.0 if self.fast else self.fine_cfg.overlap)
+
+    def _fine_regions(self, canonical: sitk.Image, boxes: dict[str, spatial.Box]) -> dict[str, spatial.Box]:
+        """Where the fine stage runs: each lung's box, or the union of both when that takes
+        fewer windows (the boxes overlap in the mediastinum, and a sliding window wastes the
+        part of its last window that sticks out of a box). Sides never depend on it: they
+        come from geometry (:meth:`_assign_sides`)."""
+        if len(boxes) == 2:
+            union = boxes["right"].union(boxes["left"])
+            if self._windows(canonical, union) < sum(self._windows(canonical, b) for b in boxes.values()):
+                return {"both": union}
+        return dict(boxes)
 
     def _lung_boxes(self, coarse_label: np.ndarray, coarse_img: sitk.Image, confident: np.ndarray | None = None) -> dict[str, spatial.Box]:
         """Physical box per lung from the coarse prediction, expanded by the training margin

@@ -318,6 +318,13 @@ class Box:
             tuple(v + d for v, d in zip(self.hi_xyz, m)),  # type: ignore[arg-type]
         )
 
+    def union(self, other: Box) -> Box:
+        """The smallest box holding both."""
+        return Box(
+            tuple(min(a, b) for a, b in zip(self.lo_xyz, other.lo_xyz)),  # type: ignore[arg-type]
+            tuple(max(a, b) for a, b in zip(self.hi_xyz, other.hi_xyz)),  # type: ignore[arg-type]
+        )
+
     def to_dict(self) -> dict[str, list[float]]:
         return {"lo_xyz_mm": [round(v, 3) for v in self.lo_xyz], "hi_xyz_mm": [round(v, 3) for v in self.hi_xyz]}
 

@@ -289,3 +289,32 @@ def test_a_side_needs_min_lung_ml_of_confident_coarse_lung(model_path: Path) -> 
     assert set(seg._lung_boxes(label, coarse_img, unsure)) == {"left"}
     with pytest.raises(ValueError, match="min_lung_ml"):
         infer.LungSegmenter.from_file(model_path, device="cpu", min_lung_ml=-1)
+
+
+@pytest.mark.parametrize("overlap", [0.0, 0.25, 0.5])
+def test_window_count_is_monais(overlap: float) -> None:
+    """window_count predicts exactly how many windows MONAI's sliding window runs."""
+    from monai.inferers.utils import _get_scan_interval
+    from monai.data.utils import dense_patch_slices
+
+    patch = (64, 64, 48)
+    for size in [(64, 64, 48), (40, 100, 48), (125, 130, 186), (200, 239, 300), (65, 112, 97)]:
+        padded = tuple(max(s, p) for s, p in zip(size, patch))  # MONAI pads up to one window
+        interval = _get_scan_interval(padded[::-1], patch[::-1], 3, (overlap,) * 3)
+        expected = len(dense_patch_slices(padded[::-1], patch[::-1], interval))
+        assert infer.window_count(size, patch, overlap) == expected, size
+
+
+def test_fine_stage_runs_on_the_union_of_the_boxes_when_that_takes_fewer_windows(model_path: Path, scan: sitk.Image) -> None:
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    canonical, _ = spatial.to_canonical(scan)
+    right = spatial.Box((-150.0, 10.0, -300.0), (30.0, 200.0, -20.0))
+    left = spatial.Box((-20.0, 10.0, -300.0), (150.0, 200.0, -20.0))
+    regions = seg._fine_regions(canonical, {"right": right, "left": left})
+    assert list(regions) == ["both"] and regions["both"] == right.union(left)
+    assert seg._windows(canonical, regions["both"]) < seg._windows(canonical, right) + seg._windows(canonical, left)
+    # lungs far apart (boxes that do not overlap, a gap between them): one box each
+    far_right = spatial.Box((-300.0, 10.0, -300.0), (-180.0, 200.0, -20.0))
+    far_left = spatial.Box((180.0, 10.0, -300.0), (300.0, 200.0, -20.0))
+    assert list(seg._fine_regions(canonical, {"right": far_right, "left": far_left})) == ["right", "left"]
+    assert list(seg._fine_regions(canonical, {"left": left})) == ["left"]
