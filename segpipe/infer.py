@@ -77,11 +77,15 @@ def sliding_window_probs(
     accumulate_on: Any | None = None,
     sw_batch: int | None = None,
     overlap: float | None = None,
+    channel: int | None = None,
 ) -> Any:
     """Class probabilities ``(C, Z, Y, X)`` (a CPU tensor) for a HU array: fixed
     normalisation, then MONAI's sliding-window inferer with Gaussian blending, windows of the
     stage's patch size run on ``device`` under inference mode and AMP, the accumulation buffer
-    on ``accumulate_on`` (default ``device``). Shared by inference and validation."""
+    on ``accumulate_on`` (default ``device``). Shared by inference and validation.
+
+    With ``channel``, only that class's probability ``(Z, Y, X)``, computed in place in the
+    logits buffer (two fewer full-size channels than a softmax of all classes)."""
     import torch
     from monai.inferers import sliding_window_inference
 
@@ -95,7 +99,12 @@ def sliding_window_probs(
             x, roi_size=tuple(reversed(stage.patch_xyz)), sw_batch_size=sw_batch or stage.batch_size, predictor=net,
             overlap=stage.overlap if overlap is None else overlap, mode="gaussian", sw_device=device, device=accumulate_on,
         )
-    return torch.softmax(logits.float(), dim=1)[0].cpu()
+        if channel is None:
+            return torch.softmax(logits.float(), dim=1)[0].cpu()
+        logits = logits.float()[0]
+        logits.sub_(logits.max(dim=0, keepdim=True).values).exp_()
+        denominator = logits.sum(dim=0)
+        return torch.div(logits[channel], denominator, out=denominator).cpu()
 
 
 def window_count(size_xyz: tuple[int, ...], patch_xyz: tuple[int, ...], overlap: float) -> int:
@@ -205,13 +214,17 @@ class LungSegmenter:
 
         return for_inference(net, device)
 
-    def _predict_probs(self, net: Any, array_zyx: np.ndarray, stage: StageConfig, device: Any, accumulate_on: Any, sw_batch: int, overlap: float) -> Any:
+    def _predict_probs(
+        self, net: Any, array_zyx: np.ndarray, stage: StageConfig, device: Any, accumulate_on: Any, sw_batch: int,
+        overlap: float, channel: int | None = None,
+    ) -> Any:
         return sliding_window_probs(
-            net, array_zyx, stage, self.window_hu, device, accumulate_on=accumulate_on, sw_batch=sw_batch, overlap=overlap
+            net, array_zyx, stage, self.window_hu, device, accumulate_on=accumulate_on, sw_batch=sw_batch,
+            overlap=overlap, channel=channel,
         )
 
     def _fine_with_fallback(self, array_zyx: np.ndarray, notes: list[str]) -> Any:
-        """Fine-stage probabilities (C, Z, Y, X) on the CPU, retrying after CUDA OOM."""
+        """Fine-stage P(background) (Z, Y, X) on the CPU, retrying after CUDA OOM."""
         import torch
 
         stage = self.fine_cfg
@@ -223,7 +236,7 @@ class LungSegmenter:
         for i, (dev, acc, sw_batch) in enumerate(attempts):
             net = self._fine_net if dev == self._fine_net_device else self._move_fine(dev)
             try:
-                return self._predict_probs(net, array_zyx, stage, dev, acc, sw_batch, overlap)
+                return self._predict_probs(net, array_zyx, stage, dev, acc, sw_batch, overlap, channel=0)
             except torch.cuda.OutOfMemoryError:
                 if i + 1 == len(attempts):
                     raise
@@ -483,10 +496,11 @@ class LungSegmenter:
             canonical, spatial.lattice_grid(canonical, self.fine_mm, box), interpolator=sitk.sitkLinear,
             default_value=-1024.0, output_pixel_type=sitk.sitkFloat32,
         )
-        probs = self._fine_with_fallback(sitk.GetArrayFromImage(fine), notes)  # (C, z, y, x)
-        background = sitk.GetImageFromArray(probs[0].numpy())
-        del probs  # only the background channel is needed: lung = 1 - background
-        background.CopyInformation(fine)
+        grid = spatial.Geometry.of(fine)
+        hu = sitk.GetArrayFromImage(fine)
+        del fine  # only its geometry is needed from here on
+        # only the background channel is needed: lung = 1 - background
+        background = grid.apply(sitk.GetImageFromArray(self._fine_with_fallback(hu, notes).numpy()))
         start, stop = spatial.box_index_range(canonical, box)
         lo = np.maximum(start, 0)
         hi = np.minimum(stop, np.asarray(canonical.GetSize()))

@@ -196,18 +196,18 @@ def test_cuda_oom_falls_back_to_cpu_accumulation_then_cpu(model_path: Path, monk
     seg._fine_net, seg._fine_net_device = object(), torch.device("cuda")
     attempts: list[tuple[str, str, int]] = []
 
-    def fake_predict(self, net, array, stage, device, accumulate_on, sw_batch, overlap):  # type: ignore[no-untyped-def]
+    def fake_predict(self, net, array, stage, device, accumulate_on, sw_batch, overlap, channel=None):  # type: ignore[no-untyped-def]
         attempts.append((device.type, accumulate_on.type, sw_batch))
         if len(attempts) < 3:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
-        return torch.zeros(3, *array.shape)
+        return torch.zeros(3, *array.shape) if channel is None else torch.zeros(*array.shape)
 
     monkeypatch.setattr(infer.LungSegmenter, "_predict_probs", fake_predict)
     monkeypatch.setattr(infer.LungSegmenter, "_move_fine", lambda self, device: object())
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     notes: list[str] = []
     probs = seg._fine_with_fallback(np.zeros((4, 4, 4), np.float32), notes)
-    assert probs.shape == (3, 4, 4, 4)
+    assert probs.shape == (4, 4, 4)  # P(background) only
     assert attempts == [("cuda", "cuda", 2), ("cuda", "cpu", 1), ("cpu", "cpu", 1)]
     assert len(notes) == 2 and "accumulation buffer on cpu" in notes[0] and "windows on cpu" in notes[1]
 
@@ -318,3 +318,14 @@ def test_fine_stage_runs_on_the_union_of_the_boxes_when_that_takes_fewer_windows
     far_left = spatial.Box((180.0, 10.0, -300.0), (300.0, 200.0, -20.0))
     assert list(seg._fine_regions(canonical, {"right": far_right, "left": far_left})) == ["right", "left"]
     assert list(seg._fine_regions(canonical, {"left": left})) == ["left"]
+
+
+def test_single_channel_probability_equals_the_softmax_channel(model_path: Path) -> None:
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    net = seg._network("fine", seg.device)
+    hu = np.random.default_rng(3).normal(-600, 300, (40, 72, 56)).astype(np.float32)
+    full = infer.sliding_window_probs(net, hu, seg.fine_cfg, seg.window_hu, seg.device)
+    for channel in range(full.shape[0]):
+        one = infer.sliding_window_probs(net, hu, seg.fine_cfg, seg.window_hu, seg.device, channel=channel)
+        assert one.shape == full.shape[1:]
+        torch.testing.assert_close(one, full[channel], rtol=0, atol=1e-6)
