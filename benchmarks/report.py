@@ -608,6 +608,10 @@ def main(argv: list[str] | None = None) -> int:
                 else run_memory(args, Path(tmp) / "memory.json")
             )
     info = infer["meta"] if infer else ib.machine_info(args.threads)
+    if infer and args.infer_json:  # the figures are that file's: say how many runs it took
+        runs = {m: len(v.get("runs_wall_s") or []) for s in infer["scans"].values() for m, v in s["methods"].items()}
+        args.repeats = max([n for m, n in runs.items() if m != "lungmask"] or [args.repeats])
+        args.lungmask_repeats = runs.get("lungmask") or args.lungmask_repeats
     lines = header_section(info, args, command.strip())
     lines += (
         infer_section(infer)
