@@ -228,7 +228,7 @@ class LungSegmenter:
         import torch
 
         stage = self.fine_cfg
-        overlap = 0.0 if self.fast else stage.overlap
+        overlap = self._fine_overlap
         batch = self.sw_batch_size or stage.batch_size
         attempts = [(self.device, self.device, batch)]
         if self.device.type == "cuda":
@@ -428,7 +428,12 @@ class LungSegmenter:
     def _windows(self, canonical: sitk.Image, box: spatial.Box) -> int:
         """Fine-stage windows for ``box`` (its part of the scan's fine lattice)."""
         size = spatial.lattice_grid(canonical, self.fine_mm, box).GetSize()
-        return window_count(size, self.fine_cfg.patch_xyz, 0.0 if self.fast else self.fine_cfg.overlap)
+        return window_count(size, self.fine_cfg.patch_xyz, self._fine_overlap)
+
+    @property
+    def _fine_overlap(self) -> float:
+        """The fine stage's window overlap (none with ``fast``)."""
+        return 0.0 if self.fast else self.fine_cfg.overlap
 
     def _fine_regions(self, canonical: sitk.Image, boxes: dict[str, spatial.Box]) -> dict[str, spatial.Box]:
         """Where the fine stage runs: each lung's box, or the union of both when that takes
