@@ -15,7 +15,8 @@ child, cross-checked with the child's own ``VmHWM``):
     is below 0.5; sides by nearest neighbour), but over the whole grid at once, as MONAI's
     ``Invertd`` does with a plain pipeline's probabilities (``--single-resample labels``: nearest
     neighbour labels instead, leaner and rougher), then the cascade's postprocess (fat cleared,
-    :func:`segpipe.postprocess.clear_fat`; :func:`segpipe.postprocess.clean_lungs`) and
+    :func:`segpipe.postprocess.clear_fat`; edges moved onto the scan,
+    :func:`segpipe.postprocess.snap_label_edges`; :func:`segpipe.postprocess.clean_lungs`) and
     original orientation.
 (c) ``lungmask``: lungmask's own 2D U-Net (R231 architecture, random weights: timing only)
     through ``lungmask.LMInferer`` (LPS reorientation, per-slice body crop and resize to
@@ -309,7 +310,7 @@ def _single_stage(seg: Any, path: Path, resample: str) -> Any:
 
     from segpipe import io, spatial
     from segpipe.infer import sliding_window_probs
-    from segpipe.postprocess import body_interior, body_midline_x, clean_lungs, clear_fat, split_sides
+    from segpipe.postprocess import body_interior, body_midline_x, clean_lungs, clear_fat, snap_label_edges, split_sides
 
     img = io.read_image(path)
     canonical, code = spatial.to_canonical(img)
@@ -338,8 +339,9 @@ def _single_stage(seg: Any, path: Path, resample: str) -> Any:
         arr = sitk.GetArrayFromImage(back)
         arr[sitk.GetArrayViewFromImage(bg_full) >= 0.5] = 0
         back = spatial.copy_geometry(arr, canonical)
-    arr = sitk.GetArrayFromImage(back)  # fat is never lung, as in the cascade
+    arr = sitk.GetArrayFromImage(back)  # fat is never lung, and edges on the scan, as in the cascade
     clear_fat(arr, sitk.GetArrayViewFromImage(canonical), canonical.GetSpacing())
+    snap_label_edges(arr, sitk.GetArrayViewFromImage(canonical), canonical.GetSpacing())
     back = spatial.copy_geometry(arr, canonical)
     del arr
     label_c, _ = clean_lungs(back)

@@ -9,7 +9,9 @@ When the two lungs' boxes overlap so much that one sliding window over their uni
 fewer windows than one per box (the usual case: the boxes share the mediastinum), the fine
 stage runs once over the union (report: ``fine_regions``); sides come from geometry either way.
 Fat (:func:`segpipe.postprocess.fat_in_lung`), the trachea and main bronchi, and air outside
-the body are never lung.
+the body are never lung. Where aerated lung meets tissue, the edge is moved (by at most
+1.5 mm, in-plane) onto the scan's own air/tissue boundary (:func:`segpipe.postprocess.snap_edges`):
+the fine stage's 1.5 mm voxels cannot place it closer.
 
 Memory stays bounded: no full-scan float array at the fine spacing and no full-scan
 probability map is ever built; the largest arrays are the input itself, the uint8 output
@@ -535,8 +537,10 @@ class LungSegmenter:
         coarse stage's sided lungs (physical geometry). Voxels outside the body (the coarse body
         mask), in the trachea and main bronchi (tracked on the coarse grid) or in fat
         (:func:`segpipe.postprocess.fat_in_lung`, on the scan's own voxels) are cleared: air
-        around the patient inside a lung's box, the large airways and fat are never lung."""
-        from segpipe.postprocess import fat_in_lung, side_boundary
+        around the patient inside a lung's box, the large airways and fat are never lung. Then
+        the edge of aerated lung is snapped onto the scan's voxels
+        (:func:`segpipe.postprocess.snap_edges`)."""
+        from segpipe.postprocess import fat_in_lung, side_boundary, snap_edges
 
         hu = sitk.GetArrayViewFromImage(canonical)  # a view: no copy of the scan
         spacing_yx = (float(canonical.GetSpacing()[1]), float(canonical.GetSpacing()[0]))
@@ -557,7 +561,9 @@ class LungSegmenter:
                 continue
             inside = (self._coarse_body[kc[z]] & ~self._coarse_airways[kc[z]])[np.ix_(jc, ic)]
             lung &= inside
-            lung &= ~fat_in_lung(lung, hu[z + oz, oy:oy + fy, ox:ox + fx], spacing_yx)
+            hu_z = hu[z + oz, oy:oy + fy, ox:ox + fx]
+            lung &= ~fat_in_lung(lung, hu_z, spacing_yx)
+            lung = snap_edges(lung, hu_z, spacing_yx, inside)
             sl[~lung] = 0
             bf = (boundary_c[kc[z], jc] + 0.5) * sp_c[0] / sp_f[0] - 0.5  # (fy,) in full-grid x units
             right = xs[None, :] < bf[:, None]

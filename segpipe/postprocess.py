@@ -16,7 +16,7 @@ from scipy import ndimage
 
 from segpipe import spatial
 
-__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways", "fat_in_lung", "clear_fat", "FAT_HU"]
+__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways", "fat_in_lung", "clear_fat", "FAT_HU", "snap_edges", "snap_label_edges", "EDGE_HU"]
 
 _FULL = ndimage.generate_binary_structure(3, 1)
 _CROSS2 = ndimage.generate_binary_structure(2, 1)
@@ -56,6 +56,60 @@ def fat_in_lung(lung: np.ndarray, hu: np.ndarray, spacing_yx: tuple[float, float
     return out
 
 
+#: Where aerated lung meets the chest wall, the heart or the diaphragm, a voxel is lung when its
+#: in-plane smoothed HU is inside this range (half way between lung, about -850, and soft
+#: tissue, about +40, is -405; the lower end keeps vessel-free air at -1000, a pneumothorax or
+#: the air outside a collapsed lung, from being taken for lung).
+EDGE_HU = (-975.0, -450.0)
+_EDGE_BAND_MM = 1.5  # in-plane reach of the edge snap (whole pixels, at least one): about one fine-stage voxel
+_EDGE_SMOOTH_MM = 0.5  # in-plane Gaussian sigma before the HU test (noise)
+
+
+def _disk(radius_y: float, radius_x: float) -> np.ndarray:
+    """Elliptic 2D structuring element with the given radii in pixels, rounded down (at least 3x3)."""
+    ry, rx = max(int(radius_y), 1), max(int(radius_x), 1)
+    y, x = np.ogrid[-ry:ry + 1, -rx:rx + 1]
+    return (y / max(radius_y, 1.0)) ** 2 + (x / max(radius_x, 1.0)) ** 2 <= 1.0 + 1e-6
+
+
+def snap_edges(lung: np.ndarray, hu: np.ndarray, spacing_yx: tuple[float, float], allowed: np.ndarray | None = None) -> np.ndarray:
+    """One axial slice's ``lung`` mask with its edge moved onto the scan's own air/tissue
+    boundary, within :data:`_EDGE_BAND_MM` of where the fine stage (1.5 mm voxels) put it.
+
+    The edge moves only where the lung next to it is aerated (smoothed HU in :data:`EDGE_HU`):
+    a band voxel that is tissue is dropped when aerated lung lies just inside it, an outside
+    voxel that is air-like is added when the lung inside the band is aerated. Where the lung
+    itself is dense (consolidation against the chest wall, a collapsed lobe, ground glass)
+    nothing moves: no HU test can place that border. ``allowed`` (same shape, optional) limits
+    what may be added (inside the body, not in the airways). Returns a new mask."""
+    lung = np.asarray(lung, bool)
+    ry, rx = (_EDGE_BAND_MM / float(s) for s in spacing_yx)
+    se = _disk(ry, rx)
+    pad = 3 * max(se.shape)
+    box = _bounding_box(lung, pad=pad)
+    out = lung.copy()
+    if box is None:
+        return out
+    sigma = tuple(_EDGE_SMOOTH_MM / float(s) for s in spacing_yx)
+    smooth = ndimage.gaussian_filter(np.asarray(hu[box], np.float32), sigma=sigma, mode="nearest")
+    air = (smooth > EDGE_HU[0]) & (smooth < EDGE_HU[1])
+    m = lung[box]
+    core = ndimage.binary_erosion(m, se, border_value=1)
+    inner = m & ~core
+    outer = ndimage.binary_dilation(m, se) & ~m
+    if allowed is not None:
+        outer &= np.asarray(allowed, bool)[box]
+    # aerated lung at least one band deep inside the edge is the evidence for both moves: a
+    # partial-volume rim (a collapsed lobe against pneumothorax air) is not
+    aerated = ndimage.binary_dilation(core & air, se, iterations=2)
+    drop = inner & (smooth >= EDGE_HU[1]) & aerated  # tissue; very dark lung (a bulla) stays
+    add = outer & air & aerated
+    region = out[box]
+    region[drop] = False
+    region[add] = True
+    return out
+
+
 def clear_fat(label: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float]) -> int:
     """Set the fat in a ``(z, y, x)`` label array to background, slice by slice
     (:func:`fat_in_lung`); returns the number of voxels cleared."""
@@ -68,6 +122,22 @@ def clear_fat(label: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float
             label[z][fat] = 0
             cleared += int(np.count_nonzero(fat))
     return cleared
+
+
+def snap_label_edges(label: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float]) -> int:
+    """:func:`snap_edges` on each lung of a ``(z, y, x)`` label array, slice by slice (voxels
+    are added only where the label is background); returns the number of voxels changed."""
+    spacing_yx = (float(spacing_xyz[1]), float(spacing_xyz[0]))
+    changed = 0
+    for z in range(label.shape[0]):
+        sl = label[z]
+        for value in np.unique(sl[sl > 0]) if sl.any() else ():
+            lung = sl == value
+            snapped = snap_edges(lung, hu[z], spacing_yx, sl == 0)
+            changed += int(np.count_nonzero(snapped != lung))
+            sl[lung & ~snapped] = 0
+            sl[snapped & ~lung] = value
+    return changed
 
 
 def _label(mask: np.ndarray) -> tuple[np.ndarray, int]:

@@ -245,3 +245,95 @@ def test_clear_fat_works_slice_by_slice_on_a_label_volume() -> None:
     assert cleared == int(gone.sum()) > 0
     assert (gone[0] == gone[1]).all() and not gone[2].any()  # the same per slice, whatever the side
     assert gone[0].sum() >= 0.8 * blobs["fat"].sum() and not (gone[0] & blobs["consolidation"]).any()
+
+
+def _chest_slice(spacing: float, lung_hu: float = -850.0, noise: float = 15.0) -> tuple[np.ndarray, np.ndarray]:
+    """A 2D chest: soft tissue (+40 HU) with an elliptic lung (``lung_hu``) whose true edge is
+    at partial volume (the 50 % level of a 0.5 mm blur); returns (true lung mask, HU)."""
+    n = int(round(200 / spacing))
+    y, x = (np.mgrid[0:n, 0:n] + 0.5) * spacing
+    r = np.sqrt(((y - 100) / 60) ** 2 + ((x - 100) / 45) ** 2)
+    truth = r < 1.0
+    frac = ndimage.gaussian_filter(truth.astype(np.float32), 0.5 / spacing)
+    hu = 40.0 + (lung_hu - 40.0) * frac
+    hu += np.random.default_rng(0).normal(0, noise, hu.shape)
+    return truth, hu.astype(np.float32)
+
+
+@pytest.mark.parametrize("spacing", [0.6, 0.9])
+@pytest.mark.parametrize("shift", [-1, 1])
+def test_snap_edges_moves_a_shifted_edge_onto_the_scan(spacing: float, shift: int) -> None:
+    from segpipe.postprocess import snap_edges
+
+    truth, hu = _chest_slice(spacing)
+    steps = max(1, int(1.2 / spacing))  # the fine stage's edge, about 1 mm off
+    lung = ndimage.binary_dilation(truth, iterations=steps) if shift > 0 else ndimage.binary_erosion(truth, iterations=steps)
+    before = int((lung ^ truth).sum())
+    snapped = snap_edges(lung, hu, (spacing, spacing))
+    after = int((snapped ^ truth).sum())
+    assert after < 0.25 * before  # most of the ring moves onto the scan's own edge
+    assert not (snapped & ~ndimage.binary_dilation(lung, iterations=3)).any()  # bounded reach
+
+
+def test_snap_edges_leaves_dense_lung_and_pneumothorax_alone() -> None:
+    from segpipe.postprocess import snap_edges
+
+    spacing = 0.8
+    # consolidation: the lung's outer part is dense (+35 HU) against the chest wall (+40 HU)
+    truth, hu = _chest_slice(spacing)
+    dense = truth & ~ndimage.binary_erosion(truth, iterations=12)
+    hu[dense] = 35.0
+    lung = ndimage.binary_dilation(truth, iterations=1) & ~ndimage.binary_erosion(truth, iterations=40) | truth
+    assert (snap_edges(lung, hu, (spacing, spacing)) == lung).all()
+    # a collapsed lung (-400 HU) inside pneumothorax air (-1000 HU): no air is added to it
+    truth, hu = _chest_slice(spacing, lung_hu=-400.0)
+    air = ndimage.binary_dilation(truth, iterations=15) & ~truth
+    hu[air] = -1000.0 + np.random.default_rng(1).normal(0, 15, int(air.sum()))
+    snapped = snap_edges(truth, hu, (spacing, spacing))
+    assert not (snapped & air).any() and (snapped == truth).all()
+
+
+def test_snap_edges_adds_only_where_allowed() -> None:
+    from segpipe.postprocess import snap_edges
+
+    spacing = 0.7
+    truth, hu = _chest_slice(spacing)
+    lung = ndimage.binary_erosion(truth, iterations=2)
+    allowed = np.ones_like(truth)
+    allowed[:, : truth.shape[1] // 2] = False  # e.g. the trachea's column on the coarse grid
+    snapped = snap_edges(lung, hu, (spacing, spacing), allowed)
+    added = snapped & ~lung
+    assert added.any() and not (added & ~allowed).any()
+
+
+def test_snap_label_edges_keeps_each_lung_its_side() -> None:
+    from segpipe.postprocess import snap_label_edges
+
+    spacing = 0.8
+    truth, hu = _chest_slice(spacing)
+    half = truth.shape[1] // 2
+    ref = np.where(truth, 1, 0).astype(np.uint8)
+    ref[:, half:][truth[:, half:]] = 2
+    hu[:, half - 2:half + 2] = 40.0  # a mediastinal wall between the two lungs
+    ref[:, half - 2:half + 2] = 0
+    label = np.stack([ref, ref])
+    for z in range(2):
+        for v in (1, 2):
+            m = label[z] == v
+            label[z][m & ~ndimage.binary_erosion(m, iterations=1)] = 0  # the fine stage's edge, 0.8 mm in
+    before = int((label != np.stack([ref, ref])).sum())
+    changed = snap_label_edges(label, np.stack([hu, hu]), (spacing, spacing, 2.0))
+    after = int((label != np.stack([ref, ref])).sum())
+    assert changed > 0 and after < 0.25 * before
+    assert set(np.unique(label[:, :, : half - 2])) <= {0, 1} and set(np.unique(label[:, :, half + 2:])) <= {0, 2}
+
+
+def test_snap_edges_never_drops_very_dark_lung_at_the_edge() -> None:
+    from segpipe.postprocess import snap_edges
+
+    spacing = 0.8
+    truth, hu = _chest_slice(spacing)
+    rim = truth & ~ndimage.binary_erosion(truth, iterations=4)
+    hu[rim & (np.arange(truth.shape[1])[None, :] < truth.shape[1] // 2)] = -995.0  # a subpleural bulla
+    snapped = snap_edges(truth, hu, (spacing, spacing))
+    assert not (truth & ~snapped).any()
