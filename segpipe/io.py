@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gzip
 import io as _pyio
 import logging
@@ -28,6 +29,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import SimpleITK as sitk
@@ -112,10 +114,10 @@ def _first_line(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------- NIfTI header checks
-def _check_nifti_file(path: Path) -> int:
+def _check_nifti_file(path: Path) -> Any:
     """Checks ITK does not make for NIfTI: non-positive pixdim (ITK silently replaces it by 1 or
     its absolute value) and, for an uncompressed file, truncated data (ITK silently pads with
-    zeros). Returns the byte count header and data need (for :func:`_check_gzip_stream`)."""
+    zeros). Returns the parsed header (nibabel)."""
     import nibabel as nib
 
     opener = gzip.open if str(path).lower().endswith(".gz") else open
@@ -131,11 +133,90 @@ def _check_nifti_file(path: Path) -> int:
     pixdim = [float(v) for v in header["pixdim"][1 : 1 + min(dims, 3)]]
     if dims >= 3 and any(not v > 0 for v in pixdim):
         raise GeometryError(f"{path}: voxel spacing must be positive, got {pixdim} mm in the NIfTI header")
-    offset = int(header.get_data_offset())
-    expected = offset + int(np.prod(header.get_data_shape(), dtype=np.int64)) * header.get_data_dtype().itemsize
     if not str(path).lower().endswith(".gz"):
-        _check_length(path, expected, path.stat().st_size)
-    return expected
+        _check_length(path, _nifti_bytes(header), path.stat().st_size)
+    return header
+
+
+def _nifti_bytes(header: Any) -> int:
+    """Bytes of header and data a NIfTI file with ``header`` needs."""
+    count = int(np.prod(header.get_data_shape(), dtype=np.int64))
+    return int(header.get_data_offset()) + count * header.get_data_dtype().itemsize
+
+
+#: numpy dtype (native order) -> SimpleITK pixel type, for the lean NIfTI read
+_SITK_TYPE = {
+    np.dtype(np.uint8): sitk.sitkUInt8, np.dtype(np.int8): sitk.sitkInt8,
+    np.dtype(np.uint16): sitk.sitkUInt16, np.dtype(np.int16): sitk.sitkInt16,
+    np.dtype(np.uint32): sitk.sitkUInt32, np.dtype(np.int32): sitk.sitkInt32,
+    np.dtype(np.float32): sitk.sitkFloat32, np.dtype(np.float64): sitk.sitkFloat64,
+}
+
+
+def _writable_bytes(image: sitk.Image) -> np.ndarray:
+    """A writable uint8 view of ``image``'s pixel buffer (SimpleITK only hands out read-only
+    views); ``image`` must outlive it and must not be shared (a new image is not)."""
+    view = sitk.GetArrayViewFromImage(image)
+    raw = (ctypes.c_uint8 * view.nbytes).from_address(view.__array_interface__["data"][0])
+    return np.frombuffer(raw, np.uint8)
+
+
+def _read_nifti_lean(path: Path, header: Any) -> sitk.Image | None:
+    """Read a plain NIfTI file straight into the pixel buffer of a new SimpleITK image: one
+    copy of the data in memory instead of the two ITK's reader holds at its peak (its own
+    buffer and the image; 500 MB of extra memory for a 512x512x1000 int16 scan). The geometry
+    (qform/sform, direction, spacing) is ITK's own from ``ReadImageInformation``; the data is
+    the file's, decompressed once (a ``.gz`` stream is read to its end: length and checksum).
+    Returns None where ITK must do the reading: scaled data (``scl_slope``), more than one
+    component or time point, a data type without a matching pixel type."""
+    reader = sitk.ImageFileReader()
+    reader.SetFileName(str(path))
+    with _native_stderr_captured():
+        try:
+            reader.ReadImageInformation()
+        except RuntimeError:
+            return None  # ITK's full read gives the error
+    shape = tuple(int(v) for v in header.get_data_shape())
+    slope, inter = header.get_slope_inter()
+    dtype = header.get_data_dtype()
+    native = dtype.newbyteorder("=")
+    if (
+        reader.GetDimension() != 3
+        or reader.GetNumberOfComponents() != 1
+        or shape[:3] != tuple(reader.GetSize())
+        or any(v != 1 for v in shape[3:])
+        or (slope is not None and (slope, inter or 0.0) != (1.0, 0.0))
+        or _SITK_TYPE.get(native) != reader.GetPixelID()
+    ):
+        return None
+    image = sitk.Image(list(reader.GetSize()), reader.GetPixelID())
+    image.SetSpacing(reader.GetSpacing())
+    image.SetOrigin(reader.GetOrigin())
+    image.SetDirection(reader.GetDirection())
+    target = memoryview(_writable_bytes(image))
+    offset = int(header.get_data_offset())
+    if str(path).lower().endswith(".gz"):
+        state = {"skip": offset, "filled": 0}
+
+        def fill(chunk: bytes) -> None:
+            view = memoryview(chunk)[min(state["skip"], len(chunk)):]
+            state["skip"] = max(state["skip"] - len(chunk), 0)
+            n = min(len(view), len(target) - state["filled"])
+            target[state["filled"]:state["filled"] + n] = view[:n]
+            state["filled"] += n
+
+        _inflate(path, fill)
+        filled = state["filled"]
+    else:
+        filled = 0
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            while filled < len(target) and (n := fh.readinto(target[filled:filled + (1 << 24)])):
+                filled += n
+    _check_length(path, _nifti_bytes(header), int(header.get_data_offset()) + filled)
+    if not dtype.isnative:  # a big-endian file
+        np.frombuffer(target, native).byteswap(inplace=True)
+    return image
 
 
 def _check_length(path: Path, expected: int, actual: int) -> None:
@@ -148,14 +229,39 @@ def _check_gzip_stream(path: Path, expected: int) -> None:
     a corrupt one (failed CRC) without a word, so the length and checksum are checked here.
     zlib releases the GIL, so this runs in a thread beside ITK's own read (see
     :func:`read_image`) and costs little extra wall time."""
-    actual = 0
+    actual = _inflate(path, lambda chunk: None)
+    _check_length(path, expected, actual)
+
+
+def _inflate(path: Path, sink: Callable[[bytes], None]) -> int:
+    """Decompress the gzip file ``path`` (all its members) and hand the output to ``sink`` in
+    pieces; returns the byte count. zlib checks each member's CRC and length; a stream that
+    stops before its end marker is an error too: a truncated or corrupt file is an
+    :class:`InputError`. zlib directly, in 256 KiB reads, is about 5x faster than
+    :mod:`gzip`'s reader on a 500 MB scan (and bounds each piece to what 256 KiB can hold)."""
+    total = 0
+    inflater = zlib.decompressobj(31)
+    ended = False
     try:
-        with gzip.open(path, "rb") as fh:
-            while chunk := fh.read(1 << 22):
-                actual += len(chunk)
+        with open(path, "rb") as fh:
+            while raw := fh.read(1 << 18):
+                data = raw
+                while data:
+                    if ended:  # one member is complete: zero padding, or another member
+                        if not data.strip(b"\0"):
+                            break
+                        inflater, ended = zlib.decompressobj(31), False
+                    out = inflater.decompress(data)
+                    if out:
+                        sink(out)
+                        total += len(out)
+                    ended = inflater.eof
+                    data = inflater.unused_data if ended else b""
+        if not ended:
+            raise EOFError("the compressed stream ends before its end marker")
     except (EOFError, OSError, zlib.error) as err:
         raise InputError(f"cannot read {path}: the file is truncated or corrupt ({err})") from err
-    _check_length(path, expected, actual)
+    return total
 
 
 # ----------------------------------------------------------------------------- DICOM
@@ -288,9 +394,13 @@ def read_image(path: str | Path, *, series_uid: str | None = None) -> sitk.Image
             raise InputError(f"cannot read {p}: the file is empty (0 bytes)")
         stream_check = None
         if suffix in _NIFTI:
-            expected = _check_nifti_file(p)
+            header = _check_nifti_file(p)
+            lean = _read_nifti_lean(p, header)
+            if lean is not None:
+                validate_image(lean, str(p))
+                return lean
             if p.name.lower().endswith(".gz"):
-                stream_check = _Background(_check_gzip_stream, p, expected)
+                stream_check = _Background(_check_gzip_stream, p, _nifti_bytes(header))
         reader = sitk.ImageFileReader()
         reader.SetFileName(str(p))
         with _native_stderr_captured() as native:

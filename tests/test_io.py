@@ -338,3 +338,48 @@ def test_check_hu_names_the_fix(transform, pattern: str) -> None:  # type: ignor
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="shared/data not present")
 def test_check_hu_accepts_real_scans() -> None:
     io.check_hu(io.read_image(SHARED_DATA / "copdgene-10002K-64" / "ct.nii.gz"))
+
+
+# ----------------------------------------------------------------------------- lean NIfTI read
+@pytest.mark.parametrize("suffix", [".nii.gz", ".nii"])
+@pytest.mark.parametrize("orientation", ["LPS", "RAS", "LAI", "oblique"])
+@pytest.mark.parametrize("pixel", [sitk.sitkInt16, sitk.sitkUInt8, sitk.sitkUInt16, sitk.sitkInt32, sitk.sitkFloat32, sitk.sitkFloat64])
+def test_lean_nifti_read_equals_itk_read(tmp_path: Path, suffix: str, orientation: str, pixel: int) -> None:
+    image = make_volume(size_xyz=(37, 29, 23), orientation="LPS" if orientation == "oblique" else orientation)
+    if orientation == "oblique":
+        image = oblique_permuted(image)
+    image = sitk.Cast(image + 1024, pixel) if pixel in (sitk.sitkUInt8, sitk.sitkUInt16) else sitk.Cast(image, pixel)
+    path = tmp_path / f"x{suffix}"
+    sitk.WriteImage(image, str(path))
+    lean = io._read_nifti_lean(path, io._check_nifti_file(path))
+    assert lean is not None  # the one-copy path was taken
+    itk = sitk.ReadImage(str(path))
+    assert_same_image(lean, itk, atol=0)
+    assert lean.GetPixelID() == itk.GetPixelID() == pixel
+
+
+def test_lean_nifti_read_of_big_endian_and_multi_member_files(tmp_path: Path) -> None:
+    data = np.arange(31 * 17 * 11, dtype=np.int16).reshape(31, 17, 11) - 900  # x y z, as nibabel stores
+    affine = np.diag([-0.8, -0.8, 2.5, 1.0])
+    big = nib.Nifti1Image(data.astype(">i2"), affine)
+    big.header.set_data_dtype(">i2")
+    nib.save(big, tmp_path / "big.nii")
+    lean = io.read_image(tmp_path / "big.nii")
+    assert lean.GetPixelID() == sitk.sitkInt16
+    assert_same_image(lean, sitk.ReadImage(str(tmp_path / "big.nii")), atol=0)
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(lean), data.transpose(2, 1, 0))
+    # a .gz written as two members (as concatenating streams or some writers do) reads whole
+    raw = (tmp_path / "big.nii").read_bytes()
+    (tmp_path / "two.nii.gz").write_bytes(gzip.compress(raw[:5000]) + gzip.compress(raw[5000:]))
+    assert_same_image(io.read_image(tmp_path / "two.nii.gz"), lean, atol=0)
+
+
+def test_scaled_nifti_is_read_by_itk(tmp_path: Path) -> None:
+    data = np.arange(20 * 18 * 9, dtype=np.int16).reshape(20, 18, 9)
+    img = nib.Nifti1Image(data, np.diag([0.7, 0.7, 2.0, 1.0]))
+    img.header.set_slope_inter(2.0, -1024.0)
+    nib.save(img, tmp_path / "scaled.nii.gz")
+    path = tmp_path / "scaled.nii.gz"
+    assert io._read_nifti_lean(path, io._check_nifti_file(path)) is None  # ITK applies the scaling
+    read = io.read_image(path)
+    np.testing.assert_allclose(sitk.GetArrayViewFromImage(read), data.transpose(2, 1, 0) * 2.0 - 1024.0)
