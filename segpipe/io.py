@@ -55,6 +55,11 @@ log = logging.getLogger("segpipe")
 IMAGE_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd")
 _NIFTI = (".nii", ".nii.gz")
 
+try:  # ISA-L's inflate: the same streams and checks as zlib, about 2.8x faster
+    from isal import isal_zlib as _ZLIB
+except ImportError:  # pragma: no cover - isal is a dependency; zlib does the same, slower
+    _ZLIB = zlib
+
 
 def image_suffix(path: str | Path) -> str:
     """The image-format suffix of ``path`` (``".nii.gz"`` counts as one), or ``""``."""
@@ -237,10 +242,11 @@ def _inflate(path: Path, sink: Callable[[bytes], None]) -> int:
     """Decompress the gzip file ``path`` (all its members) and hand the output to ``sink`` in
     pieces; returns the byte count. zlib checks each member's CRC and length; a stream that
     stops before its end marker is an error too: a truncated or corrupt file is an
-    :class:`InputError`. zlib directly, in 256 KiB reads, is about 5x faster than
-    :mod:`gzip`'s reader on a 500 MB scan (and bounds each piece to what 256 KiB can hold)."""
+    :class:`InputError`. Inflating directly in 256 KiB reads is about 1.3x faster than
+    :mod:`gzip`'s reader with zlib, and ISA-L's inflate (``isal``, used when installed) another
+    2.8x (a 500 MB scan: 4.3 -> 1.6 s); each piece is bounded by what 256 KiB can hold."""
     total = 0
-    inflater = zlib.decompressobj(31)
+    inflater = _ZLIB.decompressobj(31)
     ended = False
     try:
         with open(path, "rb") as fh:
@@ -250,7 +256,7 @@ def _inflate(path: Path, sink: Callable[[bytes], None]) -> int:
                     if ended:  # one member is complete: zero padding, or another member
                         if not data.strip(b"\0"):
                             break
-                        inflater, ended = zlib.decompressobj(31), False
+                        inflater, ended = _ZLIB.decompressobj(31), False
                     out = inflater.decompress(data)
                     if out:
                         sink(out)
@@ -259,7 +265,7 @@ def _inflate(path: Path, sink: Callable[[bytes], None]) -> int:
                     data = inflater.unused_data if ended else b""
         if not ended:
             raise EOFError("the compressed stream ends before its end marker")
-    except (EOFError, OSError, zlib.error) as err:
+    except (EOFError, OSError, zlib.error, _ZLIB.error) as err:
         raise InputError(f"cannot read {path}: the file is truncated or corrupt ({err})") from err
     return total
 

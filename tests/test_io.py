@@ -383,3 +383,24 @@ def test_scaled_nifti_is_read_by_itk(tmp_path: Path) -> None:
     assert io._read_nifti_lean(path, io._check_nifti_file(path)) is None  # ITK applies the scaling
     read = io.read_image(path)
     np.testing.assert_allclose(sitk.GetArrayViewFromImage(read), data.transpose(2, 1, 0) * 2.0 - 1024.0)
+
+
+@pytest.mark.parametrize("inflater", ["isal", "zlib"])
+def test_gzip_inflate_checks_with_either_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflater: str) -> None:
+    import zlib
+
+    if inflater == "zlib":
+        monkeypatch.setattr(io, "_ZLIB", zlib)
+    image = make_volume(size_xyz=(40, 30, 20))
+    good = io.write_image(image, tmp_path / "good.nii.gz")
+    assert_same_image(io.read_image(good), image)
+    raw = bytearray(good.read_bytes())
+    corrupt = tmp_path / "corrupt.nii.gz"
+    raw[len(raw) // 2] ^= 0xFF
+    corrupt.write_bytes(bytes(raw))
+    truncated = tmp_path / "truncated.nii.gz"
+    truncated.write_bytes(good.read_bytes()[: len(raw) * 2 // 3])
+    for bad in (corrupt, truncated):
+        with pytest.raises(InputError, match="truncated or corrupt"):
+            io.read_image(bad)
+        assert len(list(tmp_path.iterdir())) == 3
