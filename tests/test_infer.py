@@ -329,3 +329,14 @@ def test_single_channel_probability_equals_the_softmax_channel(model_path: Path)
         one = infer.sliding_window_probs(net, hu, seg.fine_cfg, seg.window_hu, seg.device, channel=channel)
         assert one.shape == full.shape[1:]
         torch.testing.assert_close(one, full[channel], rtol=0, atol=1e-6)
+
+
+def test_channel_probability_in_place_equals_softmax_even_for_extreme_logits() -> None:
+    logits = torch.tensor(np.random.default_rng(5).normal(0, 30, (3, 6, 7, 8)), dtype=torch.float32)
+    logits[1, 0, 0, 0], logits[0, 0, 0, 1], logits[2, 0, 0, 2] = 500.0, -500.0, 1e4  # exp overflows
+    expected = torch.softmax(logits, dim=0)
+    for k in range(3):
+        got = infer.channel_probability_(logits.clone(), k)
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, expected[k], rtol=1e-5, atol=1e-6)
+    assert (infer.channel_probability_(torch.zeros(1, 4, 4), 0) == 1).all()
