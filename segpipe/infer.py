@@ -53,6 +53,7 @@ log = logging.getLogger("segpipe")
 DEFAULT_MODEL = Path(__file__).resolve().parent / "weights" / "default.pt"
 _SIDES = (("right", 1), ("left", 2))
 _SLAB = 32  # slices per slab when probabilities go back to the original grid
+_FIT_TRIM_MM = 3.0  # a fine region gives up at most this much margin per side to save windows
 MIN_LUNG_ML = 50.0  # default of LungSegmenter(min_lung_ml=...)
 _CONFIDENT = 0.9  # coarse lung probability that counts towards min_lung_ml
 _AIRWAY_HU = -900.0  # airway lumen on the coarse grid (trachea tracking)
@@ -473,13 +474,42 @@ class LungSegmenter:
     def _fine_regions(self, canonical: sitk.Image, boxes: dict[str, spatial.Box]) -> dict[str, spatial.Box]:
         """Where the fine stage runs: each lung's box, or the union of both when that takes
         fewer windows (the boxes overlap in the mediastinum, and a sliding window wastes the
-        part of its last window that sticks out of a box). Sides never depend on it: they
-        come from geometry (:meth:`_assign_sides`)."""
+        part of its last window that sticks out of a box), each fitted to the window grid
+        (:meth:`_fit_windows`). Sides never depend on it: they come from geometry
+        (:meth:`_assign_sides`)."""
+        fitted = {side: self._fit_windows(canonical, box) for side, box in boxes.items()}
         if len(boxes) == 2:
-            union = boxes["right"].union(boxes["left"])
-            if self._windows(canonical, union) < sum(self._windows(canonical, b) for b in boxes.values()):
+            union = self._fit_windows(canonical, boxes["right"].union(boxes["left"]))
+            if self._windows(canonical, union) < sum(self._windows(canonical, b) for b in fitted.values()):
                 return {"both": union}
-        return dict(boxes)
+        return fitted
+
+    def _fit_windows(self, canonical: sitk.Image, box: spatial.Box) -> spatial.Box:
+        """``box`` shrunk by at most :data:`_FIT_TRIM_MM` per side on each axis where that
+        drops a whole row of windows: a box a voxel longer than what ``k`` windows cover
+        takes ``k + 1`` (a 312 mm box at 1.5 mm is 209 voxels: 5 windows of 64 where 208
+        takes 4, 25 % more windows for one voxel). The boxes carry the training margin plus a
+        coarse voxel (16 mm by default), so the lungs stay well inside."""
+        interval = [max(int(p * (1 - self._fine_overlap)), 1) for p in self.fine_cfg.patch_xyz]
+        windows = self._windows(canonical, box)
+        size = spatial.lattice_grid(canonical, self.fine_mm, box).GetSize()
+        for axis in range(3):
+            patch = int(self.fine_cfg.patch_xyz[axis])
+            if size[axis] <= patch:
+                continue
+            rows = math.ceil((size[axis] - patch) / interval[axis]) + 1
+            excess_mm = (size[axis] - (patch + (rows - 2) * interval[axis])) * self.fine_mm[axis]
+            for extra in (0.0, 0.5, 1.0):  # the lattice's rounding may keep a voxel more
+                trim = excess_mm / 2 + extra * self.fine_mm[axis]
+                if trim > _FIT_TRIM_MM or trim * 2 >= box.size_mm[axis]:
+                    break
+                shrink = [0.0, 0.0, 0.0]
+                shrink[axis] = -trim
+                candidate = box.expand(tuple(shrink))  # type: ignore[arg-type]
+                if (n := self._windows(canonical, candidate)) < windows:
+                    box, windows = candidate, n
+                    break
+        return box
 
     def _lung_boxes(self, coarse_label: np.ndarray, coarse_img: sitk.Image, confident: np.ndarray | None = None) -> dict[str, spatial.Box]:
         """Physical box per lung from the coarse prediction, expanded by the training margin

@@ -311,12 +311,13 @@ def test_fine_stage_runs_on_the_union_of_the_boxes_when_that_takes_fewer_windows
     right = spatial.Box((-150.0, 10.0, -300.0), (30.0, 200.0, -20.0))
     left = spatial.Box((-20.0, 10.0, -300.0), (150.0, 200.0, -20.0))
     regions = seg._fine_regions(canonical, {"right": right, "left": left})
-    assert list(regions) == ["both"] and regions["both"] == right.union(left)
+    assert list(regions) == ["both"] and _within_trim(regions["both"], right.union(left))
     assert seg._windows(canonical, regions["both"]) < seg._windows(canonical, right) + seg._windows(canonical, left)
     # lungs far apart (boxes that do not overlap, a gap between them): one box each
     far_right = spatial.Box((-300.0, 10.0, -300.0), (-180.0, 200.0, -20.0))
     far_left = spatial.Box((180.0, 10.0, -300.0), (300.0, 200.0, -20.0))
-    assert list(seg._fine_regions(canonical, {"right": far_right, "left": far_left})) == ["right", "left"]
+    far = seg._fine_regions(canonical, {"right": far_right, "left": far_left})
+    assert list(far) == ["right", "left"] and _within_trim(far["right"], far_right) and _within_trim(far["left"], far_left)
     assert list(seg._fine_regions(canonical, {"left": left})) == ["left"]
 
 
@@ -340,3 +341,30 @@ def test_channel_probability_in_place_equals_softmax_even_for_extreme_logits() -
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, expected[k], rtol=1e-5, atol=1e-6)
     assert (infer.channel_probability_(torch.zeros(1, 4, 4), 0) == 1).all()
+
+
+def _within_trim(region: spatial.Box, box: spatial.Box) -> bool:
+    """``region`` lies inside ``box`` and gave up at most the allowed trim per side."""
+    t = infer._FIT_TRIM_MM + 1e-6
+    return all(b_lo <= r_lo <= b_lo + t and b_hi - t <= r_hi <= b_hi
+               for r_lo, r_hi, b_lo, b_hi in zip(region.lo_xyz, region.hi_xyz, box.lo_xyz, box.hi_xyz))
+
+
+def test_fine_region_a_voxel_too_long_is_fitted_to_fewer_windows(model_path: Path) -> None:
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    scan = sitk.Image([512, 512, 1000], sitk.sitkInt16)
+    scan.SetSpacing((0.7, 0.7, 1.0))
+    scan.SetOrigin((-179.0, -179.0, -999.0))
+    p = seg.fine_cfg.patch_xyz[0]
+    step = int(p * (1 - seg._fine_overlap))
+    fine = seg.fine_mm[0]
+    # x: exactly one voxel more than 4 rows of windows cover; y and z: far from a multiple
+    x_mm = (p + 3 * step) * fine + 0.4 * fine
+    box = spatial.Box((-x_mm / 2, -70.0, -480.0), (x_mm / 2, 70.0 + 0.3 * step * fine, -160.0))
+    fitted = seg._fit_windows(scan, box)
+    assert seg._windows(scan, fitted) < seg._windows(scan, box)
+    assert _within_trim(fitted, box)
+    assert fitted.lo_xyz[1:] == box.lo_xyz[1:] and fitted.hi_xyz[1:] == box.hi_xyz[1:]  # only x moved
+    # a box with room to spare in its last window is left alone
+    roomy = spatial.Box((-100.0, -70.0, -480.0), (100.0, 70.0, -160.0))
+    assert seg._fit_windows(scan, roomy) == roomy
