@@ -6,7 +6,7 @@ at the box, resampled to the fine spacing, MONAI sliding window with Gaussian bl
 probabilities back onto the crop's region of the original grid, incremental argmax, both
 lungs combined -> postprocess -> original orientation -> exactly the input's geometry.
 When the two lungs' boxes overlap so much that one sliding window over their union takes
-fewer windows than one per box (the usual case: the boxes share the mediastinum), the fine
+no more windows than one per box (the usual case: the boxes share the mediastinum), the fine
 stage runs once over the union (report: ``fine_regions``); sides come from geometry either way.
 Fat (:func:`segpipe.postprocess.fat_in_lung`), the trachea and main bronchi, and air outside
 the body are never lung. Where aerated lung meets tissue, the edge is moved (by at most
@@ -473,14 +473,16 @@ class LungSegmenter:
 
     def _fine_regions(self, canonical: sitk.Image, boxes: dict[str, spatial.Box]) -> dict[str, spatial.Box]:
         """Where the fine stage runs: each lung's box, or the union of both when that takes
-        fewer windows (the boxes overlap in the mediastinum, and a sliding window wastes the
+        no more windows (the boxes overlap in the mediastinum, and a sliding window wastes the
         part of its last window that sticks out of a box), each fitted to the window grid
         (:meth:`_fit_windows`). Sides never depend on it: they come from geometry
         (:meth:`_assign_sides`)."""
         fitted = {side: self._fit_windows(canonical, box) for side, box in boxes.items()}
         if len(boxes) == 2:
             union = self._fit_windows(canonical, boxes["right"].union(boxes["left"]))
-            if self._windows(canonical, union) < sum(self._windows(canonical, b) for b in fitted.values()):
+            # a tie goes to the union: one pass sees both lungs and the mediastinum between
+            # them (COPDGene: 0.986 / 0.983 per box, 0.987 / 0.986 over the union, 48 windows each)
+            if self._windows(canonical, union) <= sum(self._windows(canonical, b) for b in fitted.values()):
                 return {"both": union}
         return fitted
 
