@@ -148,9 +148,14 @@ def window_count(size_xyz: tuple[int, ...], patch_xyz: tuple[int, ...], overlap:
     flush with the end; a volume smaller than the patch is padded to one window)."""
     n = 1
     for size, patch in zip(size_xyz, patch_xyz):
-        interval = patch if size == patch else max(int(patch * (1 - overlap)), 1)
+        interval = patch if size == patch else window_interval(patch, overlap)
         n *= max(0, math.ceil((size - patch) / interval)) + 1
     return n
+
+
+def window_interval(patch: int, overlap: float) -> int:
+    """Voxels between two of MONAI's sliding windows along an axis."""
+    return max(int(patch * (1 - overlap)), 1)
 
 
 class LungSegmenter:
@@ -492,7 +497,7 @@ class LungSegmenter:
         takes ``k + 1`` (a 312 mm box at 1.5 mm is 209 voxels: 5 windows of 64 where 208
         takes 4, 25 % more windows for one voxel). The boxes carry the training margin plus a
         coarse voxel (16 mm by default), so the lungs stay well inside."""
-        interval = [max(int(p * (1 - self._fine_overlap)), 1) for p in self.fine_cfg.patch_xyz]
+        interval = [window_interval(p, self._fine_overlap) for p in self.fine_cfg.patch_xyz]
         windows = self._windows(canonical, box)
         size = spatial.lattice_grid(canonical, self.fine_mm, box).GetSize()
         for axis in range(3):

@@ -218,7 +218,7 @@ def _read_nifti_lean(path: Path, header: Any) -> sitk.Image | None:
             fh.seek(offset)
             while filled < len(target) and (n := fh.readinto(target[filled:filled + (1 << 24)])):
                 filled += n
-    _check_length(path, _nifti_bytes(header), int(header.get_data_offset()) + filled)
+    _check_length(path, _nifti_bytes(header), offset + filled)
     if not dtype.isnative:  # a big-endian file
         np.frombuffer(target, native).byteswap(inplace=True)
     return image
