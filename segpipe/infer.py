@@ -612,7 +612,7 @@ class LungSegmenter:
         around the patient inside a lung's box, the large airways and fat are never lung. Then
         the edge of aerated lung is snapped onto the scan's voxels
         (:func:`segpipe.postprocess.snap_edges`)."""
-        from segpipe.postprocess import fat_in_lung, side_boundary, snap_edges
+        from segpipe.postprocess import fat_in_lung, map_parallel, side_boundary, snap_edges
 
         hu = sitk.GetArrayViewFromImage(canonical)  # a view: no copy of the scan
         spacing_yx = (float(canonical.GetSpacing()[1]), float(canonical.GetSpacing()[0]))
@@ -626,11 +626,12 @@ class LungSegmenter:
         jc = np.clip(np.round((np.arange(fy) + oy + 0.5) * sp_f[1] / sp_c[1] - 0.5).astype(int), 0, cy - 1)
         ic = np.clip(np.round((np.arange(fx) + ox + 0.5) * sp_f[0] / sp_c[0] - 0.5).astype(int), 0, cx - 1)
         xs = np.arange(fx) + ox
-        for z in range(fz):
+
+        def one(z: int) -> None:  # slices are independent: they run in parallel
             sl = out[z]
             lung = sl > 0
             if not lung.any():
-                continue
+                return
             inside = (self._coarse_body[kc[z]] & ~self._coarse_airways[kc[z]])[np.ix_(jc, ic)]
             lung &= inside
             hu_z = hu[z + oz, oy:oy + fy, ox:ox + fx]
@@ -641,6 +642,8 @@ class LungSegmenter:
             right = xs[None, :] < bf[:, None]
             sl[lung & right] = 1
             sl[lung & ~right] = 2
+
+        map_parallel(one, fz)
 
 
 # ----------------------------------------------------------------------------- batch jobs

@@ -10,16 +10,44 @@ Example:
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
 import numpy as np
 import SimpleITK as sitk
 from scipy import ndimage
 
 from segpipe import spatial
 
-__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways", "fat_in_lung", "clear_fat", "FAT_HU", "snap_edges", "snap_label_edges", "EDGE_HU"]
+__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways", "fat_in_lung", "clear_fat", "FAT_HU", "snap_edges", "snap_label_edges", "EDGE_HU", "map_parallel", "worker_threads"]
 
 _FULL = ndimage.generate_binary_structure(3, 1)
 _CROSS2 = ndimage.generate_binary_structure(2, 1)
+_T = TypeVar("_T")
+_MAX_THREADS = 8
+
+
+def worker_threads() -> int:
+    """Threads for slice-by-slice clean-up: the CPUs this process may use, at most 8.
+    SciPy's ndimage and NumPy release the GIL in the work that matters here, so slices
+    (and the two lungs) run in parallel for real."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        usable = os.cpu_count() or 1
+    return max(1, min(usable, _MAX_THREADS))
+
+
+def map_parallel(fn: Callable[[int], _T], n: int) -> list[_T]:
+    """``[fn(i) for i in range(n)]`` over :func:`worker_threads` threads, results in order.
+    ``fn`` must only write memory that no other ``i`` touches (e.g. its own slice)."""
+    threads = min(worker_threads(), n)
+    if threads <= 1:
+        return [fn(i) for i in range(n)]
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(fn, range(n)))
 
 
 #: HU range of fat (in-plane smoothed): lung never contains a blob of it. Consolidation,
@@ -114,30 +142,35 @@ def clear_fat(label: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float
     """Set the fat in a ``(z, y, x)`` label array to background, slice by slice
     (:func:`fat_in_lung`); returns the number of voxels cleared."""
     spacing_yx = (float(spacing_xyz[1]), float(spacing_xyz[0]))
-    cleared = 0
-    for z in range(label.shape[0]):
+
+    def one(z: int) -> int:
         lung = label[z] > 0
-        if lung.any():
-            fat = fat_in_lung(lung, hu[z], spacing_yx)
-            label[z][fat] = 0
-            cleared += int(np.count_nonzero(fat))
-    return cleared
+        if not lung.any():
+            return 0
+        fat = fat_in_lung(lung, hu[z], spacing_yx)
+        label[z][fat] = 0
+        return int(np.count_nonzero(fat))
+
+    return sum(map_parallel(one, label.shape[0]))
 
 
 def snap_label_edges(label: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float]) -> int:
     """:func:`snap_edges` on each lung of a ``(z, y, x)`` label array, slice by slice (voxels
     are added only where the label is background); returns the number of voxels changed."""
     spacing_yx = (float(spacing_xyz[1]), float(spacing_xyz[0]))
-    changed = 0
-    for z in range(label.shape[0]):
+
+    def one(z: int) -> int:
         sl = label[z]
+        changed = 0
         for value in np.unique(sl[sl > 0]) if sl.any() else ():
             lung = sl == value
             snapped = snap_edges(lung, hu[z], spacing_yx, sl == 0)
             changed += int(np.count_nonzero(snapped != lung))
             sl[lung & ~snapped] = 0
             sl[snapped & ~lung] = value
-    return changed
+        return changed
+
+    return sum(map_parallel(one, label.shape[0]))
 
 
 def _label(mask: np.ndarray) -> tuple[np.ndarray, int]:
@@ -304,15 +337,22 @@ def clean_lungs_array(
     if box is None:
         return []
     sub = array[box]
-    kept: dict[int, np.ndarray] = {}
-    dropped: dict[int, np.ndarray] = {}
-    for value in (1, 2):
-        kept[value], dropped[value] = largest_component(sub == value)
-    out = np.zeros_like(sub)
-    for value, other in ((1, 2), (2, 1)):
-        mask = kept[value] | (_touches(dropped[other], kept[value]) & ~kept[other])
-        out[fill_holes(mask) & (out == 0)] = value
+    # the two lungs in parallel (labelling and hole filling release the GIL)
+    parts = map_parallel(lambda i: largest_component(sub == i + 1), 2)
+    kept = {1: parts[0][0], 2: parts[1][0]}
+    dropped = {1: parts[0][1], 2: parts[1][1]}
+    del parts
+
+    def whole(i: int) -> np.ndarray:
+        value, other = (1, 2) if i == 0 else (2, 1)
+        return fill_holes(kept[value] | (_touches(dropped[other], kept[value]) & ~kept[other]))
+
+    filled = map_parallel(whole, 2)
     del kept, dropped
+    out = np.zeros_like(sub)
+    for value, mask in zip((1, 2), filled):
+        out[mask & (out == 0)] = value
+    del filled
     warnings: list[str] = []
     voxel_ml = spatial.voxel_volume_ml(reference)
     for value, side in ((1, "right"), (2, "left")):

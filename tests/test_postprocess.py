@@ -337,3 +337,34 @@ def test_snap_edges_never_drops_very_dark_lung_at_the_edge() -> None:
     hu[rim & (np.arange(truth.shape[1])[None, :] < truth.shape[1] // 2)] = -995.0  # a subpleural bulla
     snapped = snap_edges(truth, hu, (spacing, spacing))
     assert not (truth & ~snapped).any()
+
+
+def test_map_parallel_keeps_order_and_threads_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slice-by-slice clean-up runs on several threads: the results must be those of one
+    thread, voxel for voxel (fat, edge snap and the per-lung clean-up)."""
+    from segpipe.postprocess import clean_lungs_array, clear_fat, map_parallel, snap_label_edges
+
+    assert map_parallel(lambda i: i * i, 37) == [i * i for i in range(37)]
+    spacing = 0.8
+    truth, hu = _chest_slice(spacing)
+    lung, hu_fat, _ = _slice_with_blobs(spacing)
+    n = min(truth.shape[0], lung.shape[0]), min(truth.shape[1], lung.shape[1])
+    rng = np.random.default_rng(3)
+    slices, hus = [], []
+    for z in range(12):  # every slice different: a shifted edge, fat blobs on some
+        m = np.roll(truth, z - 6, axis=1)[: n[0], : n[1]] | (lung[: n[0], : n[1]] if z % 3 == 0 else False)
+        slices.append(np.where(m, 1 + (np.arange(n[1]) >= n[1] // 2)[None, :], 0).astype(np.uint8))
+        hus.append((hu[: n[0], : n[1]] if z % 3 else hu_fat[: n[0], : n[1]]) + rng.normal(0, 5, n).astype(np.float32))
+    label0, hu3 = np.stack(slices), np.stack(hus)
+    label0[5:7, 40:45, 40:45] = 2  # a stray piece for the per-lung clean-up
+    results = []
+    for threads in (1, 2, 3):
+        monkeypatch.setattr(postprocess, "worker_threads", lambda threads=threads: threads)
+        label = label0.copy()
+        counts = (clear_fat(label, hu3, (spacing, spacing, 2.0)), snap_label_edges(label, hu3, (spacing, spacing, 2.0)))
+        warnings = clean_lungs_array(label, _image(label))
+        results.append((label, counts, warnings))
+    assert results[0][1][0] > 0 and results[0][1][1] > 0  # both steps changed something
+    for label, counts, warnings in results[1:]:
+        np.testing.assert_array_equal(label, results[0][0])
+        assert counts == results[0][1] and warnings == results[0][2]
