@@ -9,7 +9,8 @@ child, cross-checked with the child's own ``VmHWM``):
 (b) ``single``: what a plain MONAI pipeline does with the same fine network: resample the
     whole scan to the fine spacing, sliding window over all of it (the fine stage's patch,
     overlap, window batch and Gaussian blending, :func:`segpipe.infer.sliding_window_probs`),
-    lung where P(background) < 0.5 (the cascade's rule), lungs kept inside the body and sided
+    lung where P(background) < 0.5 (the cascade's rule) less pleural air
+    (:func:`segpipe.postprocess.pleural_air`, as the cascade), lungs kept inside the body and sided
     from geometry (:func:`segpipe.postprocess.split_sides`, as the cascade's coarse stage),
     then back to the scan's grid as the cascade does it (P(background) linearly, lung where it
     is below 0.5; sides by nearest neighbour), but over the whole grid at once, as MONAI's
@@ -310,7 +311,9 @@ def _single_stage(seg: Any, path: Path, resample: str) -> Any:
 
     from segpipe import io, spatial
     from segpipe.infer import sliding_window_probs
-    from segpipe.postprocess import body_interior, body_midline_x, clean_lungs, clear_fat, snap_label_edges, split_sides
+    from segpipe.postprocess import (
+        body_interior, body_midline_x, clean_lungs, clear_fat, pleural_air, snap_label_edges, split_sides,
+    )
 
     img = io.read_image(path)
     canonical, code = spatial.to_canonical(img)
@@ -321,6 +324,7 @@ def _single_stage(seg: Any, path: Path, resample: str) -> Any:
     )
     background = probs[0].numpy().copy()  # a copy, so the other channels can go
     del probs
+    background[pleural_air(background < 0.5, hu, seg.fine_mm)] = 1.0  # a pneumothorax is not lung, as in the cascade
     sides = split_sides((background < 0.5) & body_interior(hu, slack_voxels=1), midline_x=body_midline_x(hu))
     del hu
     back = spatial.resample_to_reference(

@@ -377,6 +377,7 @@ class LungSegmenter:
         _release_freed_memory()
         boxes = self._lung_boxes(coarse_label, coarse_img, confident)
         self._coarse_airways = self._airways(coarse_img)
+        self._coarse_geometry = spatial.Geometry.of(coarse_img)
         timings["coarse_s"] = time.perf_counter() - t
         if not boxes:
             warnings.append("no lung found: the scan may not include the chest; the mask is empty")
@@ -394,6 +395,7 @@ class LungSegmenter:
         offset = tuple(int(v) for v in lo)
         out = np.zeros(tuple(int(v) for v in (hi - lo)[::-1]), np.uint8)
         regions = self._fine_regions(canonical, boxes)
+        self._pleural_ml = 0.0
         fine_regions = {name: {**box.to_dict(), "windows": self._windows(canonical, box)} for name, box in regions.items()}
         if boxes and out.size:
             self._fine_net = self._network("fine", self.device)
@@ -405,6 +407,11 @@ class LungSegmenter:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         timings["fine_s"] = time.perf_counter() - t
+        if self._pleural_ml >= 1.0:
+            warnings.append(
+                f"took {self._pleural_ml:.0f} mL of vessel-free air at the lungs' edge out of the mask "
+                "(a pneumothorax, or gas under the diaphragm): check the QC picture"
+            )
 
         # postprocess and back to the input's grid --------------------------------------
         t = time.perf_counter()
@@ -445,6 +452,7 @@ class LungSegmenter:
             "precision": precision_name(self.device, use_amp(self.device, self.fine_cfg.amp)),
             "fast": self.fast,
             "hu_offset": hu_offset,
+            "pleural_air_ml": round(self._pleural_ml, 1),
             "fallbacks": notes,
             "warnings": warnings,
         }
@@ -577,8 +585,16 @@ class LungSegmenter:
         hu = sitk.GetArrayFromImage(fine)
         del fine  # only its geometry is needed from here on
         # only the background channel is needed: lung = 1 - background
-        background = grid.apply(sitk.GetImageFromArray(self._fine_with_fallback(hu, notes).numpy()))
-        del hu
+        from segpipe.postprocess import pleural_air
+
+        background = self._fine_with_fallback(hu, notes).numpy()
+        # a pneumothorax inside the network's lung is taken out (it is air outside the lung);
+        # air around the patient and in the large airways is cleared later anyway
+        pleural = pleural_air((background < 0.5) & self._inside_on(grid), hu, self.fine_mm)
+        self._pleural_ml += float(np.count_nonzero(pleural)) * float(np.prod(self.fine_mm)) / 1000.0
+        background[pleural] = 1.0
+        del hu, pleural
+        background = grid.apply(sitk.GetImageFromArray(background))
         _release_freed_memory()  # the window pass's buffers, before the slabs go back to the scan
         start, stop = spatial.box_index_range(canonical, box)
         lo = np.maximum(start, 0)
@@ -602,6 +618,19 @@ class LungSegmenter:
             ox, oy, oz = offset
             region = out[z0 - oz:z1 - oz, lo[1] - oy:hi[1] - oy, lo[0] - ox:hi[0] - ox]
             region[sitk.GetArrayViewFromImage(back) < 0.5] = 1
+
+    def _inside_on(self, grid: spatial.Geometry) -> np.ndarray:
+        """The coarse stage's body mask less its airways, looked up (nearest voxel) on ``grid``
+        (canonical directions, as the coarse grid), as a ``(z, y, x)`` array."""
+        coarse = self._coarse_geometry
+        direction = np.asarray(coarse.direction).reshape(3, 3)
+        shift = direction.T @ (np.asarray(grid.origin) - np.asarray(coarse.origin))
+        index = [
+            np.clip(np.round((shift[a] + np.arange(grid.size[a]) * grid.spacing[a]) / coarse.spacing[a]).astype(int), 0, coarse.size[a] - 1)
+            for a in range(3)
+        ]
+        inside = self._coarse_body & ~self._coarse_airways
+        return inside[np.ix_(index[2], index[1], index[0])]
 
     def _assign_sides(self, out: np.ndarray, offset: tuple[int, int, int], canonical: sitk.Image, coarse_img: sitk.Image) -> None:
         """Turn the lung voxels of ``out`` (the part of the canonical grid that starts at index

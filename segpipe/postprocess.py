@@ -21,7 +21,7 @@ from scipy import ndimage
 
 from segpipe import spatial
 
-__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways", "fat_in_lung", "clear_fat", "FAT_HU", "snap_edges", "snap_label_edges", "EDGE_HU", "map_parallel", "worker_threads"]
+__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways", "fat_in_lung", "clear_fat", "FAT_HU", "snap_edges", "snap_label_edges", "EDGE_HU", "map_parallel", "worker_threads", "pleural_air", "PLEURAL_AIR_HU"]
 
 _FULL = ndimage.generate_binary_structure(3, 1)
 _CROSS2 = ndimage.generate_binary_structure(2, 1)
@@ -135,6 +135,91 @@ def snap_edges(lung: np.ndarray, hu: np.ndarray, spacing_yx: tuple[float, float]
     region = out[box]
     region[drop] = False
     region[add] = True
+    return out
+
+
+#: Vessel-free air: a voxel whose smoothed HU lies below this holds no lung tissue (aerated
+#: lung is about -850 HU with vessels; even emphysematous lung averages above it at 1 mm).
+PLEURAL_AIR_HU = -975.0
+_PLEURAL_SMOOTH_MM = 1.0  # Gaussian sigma before the HU test (noise)
+_PLEURAL_OPEN_MM = 1.5  # opening radius: strands of air thinner than this do not join pockets
+_PLEURAL_MIN_ML = 10.0  # smaller pockets stay (emphysema, a small bulla)
+_PLEURAL_MIN_EDGE = 0.15  # share of a pocket's surface on the lung mask's edge
+_PLEURAL_EDGE_MM = 3.0  # "on the edge": this close to the outside of the lung mask
+_PLEURAL_GROW_MM = 4.5  # reach into the partial-volume rim of a pocket
+_PLEURAL_GROW_HU = -900.0  # the rim grown into: darker than any aerated lung
+
+
+def _ellipsoid(radii_vox: tuple[float, ...]) -> np.ndarray:
+    """Ellipsoidal structuring element with the given radii in voxels (at least 3 wide per axis)."""
+    r = [max(int(v), 1) for v in radii_vox]
+    grids = np.ogrid[tuple(slice(-k, k + 1) for k in r)]
+    return sum((g / max(float(v), 1.0)) ** 2 for g, v in zip(grids, radii_vox)) <= 1.0 + 1e-6
+
+
+def _face_neighbour_of(mask: np.ndarray) -> np.ndarray:
+    """Voxels with a face neighbour in ``mask`` (the array's border counts as not in it)."""
+    out = np.zeros(mask.shape, bool)
+    for axis in range(mask.ndim):
+        lo = [slice(None)] * mask.ndim
+        hi = [slice(None)] * mask.ndim
+        lo[axis], hi[axis] = slice(1, None), slice(None, -1)
+        out[tuple(lo)] |= mask[tuple(hi)]
+        out[tuple(hi)] |= mask[tuple(lo)]
+    return out
+
+
+def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float]) -> np.ndarray:
+    """Pockets of a ``(z, y, x)`` lung mask that are a pneumothorax: air outside the lung.
+
+    A pocket is a connected region of vessel-free air (smoothed HU below
+    :data:`PLEURAL_AIR_HU`, opened by :data:`_PLEURAL_OPEN_MM`) of at least
+    :data:`_PLEURAL_MIN_ML` that lies on the mask's edge for at least :data:`_PLEURAL_MIN_EDGE`
+    of its surface: its air goes on beyond the mask (the pleural space the network already left
+    out) or meets the chest wall. Lung tissue is never that: emphysema and bullae hold vessels
+    or a wall and lie inside the lung, so their surface is inside the mask. Each pocket found is
+    grown by :data:`_PLEURAL_GROW_MM` into its partial-volume rim (below
+    :data:`_PLEURAL_GROW_HU`). Returns the mask of voxels to take out of the lung."""
+    lung = np.asarray(lung, bool)
+    out = np.zeros(lung.shape, bool)
+    box = _bounding_box(lung, pad=1)
+    if box is None:
+        return out
+    sp_zyx = tuple(float(s) for s in reversed(spacing_xyz))
+    m = lung[box]
+    smooth = ndimage.gaussian_filter(np.asarray(hu[box], np.float32), [_PLEURAL_SMOOTH_MM / s for s in sp_zyx], mode="nearest")
+    air = m & (smooth < PLEURAL_AIR_HU)
+    core = ndimage.binary_opening(air, _ellipsoid(tuple(_PLEURAL_OPEN_MM / s for s in sp_zyx)))
+    labels, n = ndimage.label(core, structure=_FULL)
+    if n == 0:
+        return out
+    # each pocket back into the air the opening shaved off, then its share of surface on the edge
+    grown = ndimage.grey_dilation(labels, footprint=_ellipsoid(tuple(_PLEURAL_OPEN_MM / s for s in sp_zyx)))
+    grown = np.where(labels > 0, labels, np.where(air, grown, 0))
+    del labels, core
+    pocket = grown > 0
+    surface = pocket & _face_neighbour_of(~pocket)
+    # "on the edge": within reach of the mask's outside (the smoothing keeps air a voxel or two
+    # off a wall, so a pocket that fills the space up to the chest wall touches it only so)
+    outside = ndimage.binary_dilation(~m, _ellipsoid(tuple(_PLEURAL_EDGE_MM / s for s in sp_zyx)), border_value=0)
+    on_edge = surface & outside
+    voxel_ml = float(np.prod(sp_zyx)) / 1000.0
+    volume = np.bincount(grown.ravel(), minlength=n + 1) * voxel_ml
+    share = np.bincount(grown[on_edge], minlength=n + 1) / np.maximum(np.bincount(grown[surface], minlength=n + 1), 1)
+    keep = (volume >= _PLEURAL_MIN_ML) & (share >= _PLEURAL_MIN_EDGE)
+    keep[0] = False
+    if not keep.any():
+        return out
+    found = keep[grown]
+    del grown
+    steps = max(1, int(round(_PLEURAL_GROW_MM / min(sp_zyx))))
+    found = ndimage.binary_dilation(found, structure=_FULL, iterations=steps, mask=m & (smooth < _PLEURAL_GROW_HU))
+    # what is left of the mask next to a pocket only as a thin shell (the partial-volume rim
+    # between the air and the chest wall or the diaphragm) goes with it: lung is never that thin
+    rest = m & ~found
+    near = ndimage.binary_dilation(found, structure=_FULL, iterations=steps)
+    found |= near & rest & ~ndimage.binary_opening(rest, structure=_FULL)
+    out[box] = found
     return out
 
 

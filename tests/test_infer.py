@@ -368,3 +368,31 @@ def test_fine_region_a_voxel_too_long_is_fitted_to_fewer_windows(model_path: Pat
     # a box with room to spare in its last window is left alone
     roomy = spatial.Box((-100.0, -70.0, -480.0), (100.0, 70.0, -160.0))
     assert seg._fit_windows(scan, roomy) == roomy
+
+
+def test_coarse_body_lookup_on_a_fine_grid_is_nearest_neighbour_resampling() -> None:
+    """``_inside_on`` (the coarse body less airways, looked up on a fine region's grid for the
+    pleural-air step) gives what SimpleITK's nearest-neighbour resampling gives."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(2)
+    coarse = sitk.Image([23, 19, 17], sitk.sitkUInt8)
+    coarse.SetSpacing((4.0, 4.0, 4.5))
+    coarse.SetOrigin((-40.0, -30.0, 100.0))
+    body = rng.random((17, 19, 23)) < 0.6
+    airways = rng.random((17, 19, 23)) < 0.1
+    fine = sitk.Image([41, 37, 29], sitk.sitkUInt8)
+    fine.SetSpacing((1.5, 1.5, 1.5))
+    fine.SetOrigin((-31.3, -20.6, 111.1))  # no voxel half way between two coarse ones (ties round either way)
+    seg = SimpleNamespace(_coarse_geometry=spatial.Geometry.of(coarse), _coarse_body=body, _coarse_airways=airways)
+    got = infer.LungSegmenter._inside_on(seg, spatial.Geometry.of(fine))  # type: ignore[arg-type]
+    ref = sitk.GetArrayFromImage(spatial.resample_to_reference(
+        spatial.copy_geometry((body & ~airways).astype(np.uint8), coarse), fine,
+        interpolator=sitk.sitkNearestNeighbor, default_value=0, output_pixel_type=sitk.sitkUInt8,
+    ))
+    inside = sitk.GetArrayFromImage(spatial.resample_to_reference(  # where the fine grid lies in the coarse one
+        spatial.copy_geometry(np.ones((17, 19, 23), np.uint8), coarse), fine,
+        interpolator=sitk.sitkNearestNeighbor, default_value=0, output_pixel_type=sitk.sitkUInt8,
+    )).astype(bool)
+    assert got.shape == ref.shape and inside.mean() > 0.5
+    np.testing.assert_array_equal(got[inside], ref[inside].astype(bool))

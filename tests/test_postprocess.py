@@ -368,3 +368,68 @@ def test_map_parallel_keeps_order_and_threads_change_nothing(monkeypatch: pytest
     for label, counts, warnings in results[1:]:
         np.testing.assert_array_equal(label, results[0][0])
         assert counts == results[0][1] and warnings == results[0][2]
+
+
+def _chest_with_pleural_air(pneumothorax: bool, bulla: bool, spacing: float = 1.5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A 3D hemithorax: soft tissue (+40 HU) around an elliptic cavity. The lung (-860 HU, with
+    vessels: thin bright tubes) fills it, or, with ``pneumothorax``, it is shrunk towards the
+    middle and vessel-free air (-1000 HU) fills a 10-25 mm crescent between it and the wall.
+    ``bulla``: a 15 mm air sphere with a 1.5 mm wall (-300 HU) inside the lung, against the
+    pleura. Returns (cavity mask, true air-outside-the-lung mask, HU), (z, y, x)."""
+    rng = np.random.default_rng(5)
+    n = (int(120 / spacing), int(150 / spacing), int(120 / spacing))
+    z, y, x = ((np.indices(n) + 0.5) * spacing).astype(np.float32)
+    r = np.sqrt(((z - 60) / 52) ** 2 + ((y - 75) / 65) ** 2 + ((x - 60) / 50) ** 2)
+    cavity = r < 1.0
+    hu = np.full(n, 40.0, np.float32)
+    lung = cavity.copy()
+    if pneumothorax:  # the lung pulled 10-25 mm away from the lateral and front wall
+        shift = 10 + 15 * (x / x.max())
+        lung = cavity & (np.sqrt(((z - 60) / 52) ** 2 + ((y - 75 + shift * 0.5) / 65) ** 2 + ((x - 60 + shift) / 50) ** 2) < 1.0)
+    air_out = cavity & ~lung
+    hu[lung] = -860.0
+    for _ in range(60):  # vessels: random segments, 3 mm thick, through the lung
+        p0 = np.array([rng.uniform(10, 110), rng.uniform(10, 140), rng.uniform(10, 110)])
+        d = rng.normal(size=3)
+        d /= np.linalg.norm(d)
+        rel = np.stack([z - p0[0], y - p0[1], x - p0[2]])
+        t = np.clip(np.tensordot(d, rel, axes=1), 0, 40)
+        dist = np.sqrt(((rel - t[None] * d[:, None, None, None]) ** 2).sum(0))
+        hu[lung & (dist < 1.5)] = 40.0
+    if bulla:
+        rb = np.sqrt((z - 60) ** 2 + (y - 75) ** 2 + (x - 60 + 50 - 17) ** 2)  # against the medial pleura
+        hu[cavity & (rb < 16.5)] = -300.0
+        hu[cavity & (rb < 15.0)] = -1000.0
+    hu[air_out] = -1000.0
+    hu += rng.normal(0, 15, n).astype(np.float32)
+    return cavity, air_out, hu
+
+
+@pytest.mark.parametrize("part_left_out", [False, True])
+def test_pleural_air_finds_a_pneumothorax_in_the_lung_mask(part_left_out: bool) -> None:
+    """The network took the whole cavity (lung and the air around it) for lung; the air outside
+    the lung is found, the lung itself stays. With ``part_left_out`` the network had already
+    left the outer half of the air out of its mask."""
+    from segpipe.postprocess import pleural_air
+
+    cavity, air_out, hu = _chest_with_pleural_air(pneumothorax=True, bulla=False)
+    mask = cavity.copy()
+    if part_left_out:
+        mask &= ~(air_out & ~ndimage.binary_erosion(cavity, iterations=4))  # the outer 6 mm of the air
+    found = pleural_air(mask, hu, (1.5, 1.5, 1.5))
+    target = air_out & mask
+    lung = cavity & ~air_out
+    assert (found & target).sum() >= 0.8 * target.sum()
+    assert (found & lung).sum() <= 0.02 * lung.sum()  # at most the lung's partial-volume rim against the air
+    assert not (found & ~mask).any()
+
+
+def test_pleural_air_leaves_lung_with_a_bulla_alone() -> None:
+    """A bulla against the pleura is vessel-free air too, but walled and inside the lung: nothing
+    of a whole lung (bulla included) is taken out, at two spacings."""
+    from segpipe.postprocess import pleural_air
+
+    for spacing in (1.5, 2.0):
+        cavity, air_out, hu = _chest_with_pleural_air(pneumothorax=False, bulla=True, spacing=spacing)
+        assert not air_out.any() and (hu[cavity] < -975).sum() * spacing**3 / 1000 > 10  # the bulla: > 10 mL of air
+        assert not pleural_air(cavity, hu, (spacing,) * 3).any()
