@@ -189,6 +189,9 @@ def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, floa
     m = lung[box]
     smooth = ndimage.gaussian_filter(np.asarray(hu[box], np.float32), [_PLEURAL_SMOOTH_MM / s for s in sp_zyx], mode="nearest")
     air = m & (smooth < PLEURAL_AIR_HU)
+    voxel_ml = float(np.prod(sp_zyx)) / 1000.0
+    if np.count_nonzero(air) * voxel_ml < _PLEURAL_MIN_ML:  # the usual case: no pocket can be that large
+        return out
     core = ndimage.binary_opening(air, _ellipsoid(tuple(_PLEURAL_OPEN_MM / s for s in sp_zyx)))
     labels, n = ndimage.label(core, structure=_FULL)
     if n == 0:
@@ -203,7 +206,6 @@ def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, floa
     # off a wall, so a pocket that fills the space up to the chest wall touches it only so)
     outside = ndimage.binary_dilation(~m, _ellipsoid(tuple(_PLEURAL_EDGE_MM / s for s in sp_zyx)), border_value=0)
     on_edge = surface & outside
-    voxel_ml = float(np.prod(sp_zyx)) / 1000.0
     volume = np.bincount(grown.ravel(), minlength=n + 1) * voxel_ml
     share = np.bincount(grown[on_edge], minlength=n + 1) / np.maximum(np.bincount(grown[surface], minlength=n + 1), 1)
     keep = (volume >= _PLEURAL_MIN_ML) & (share >= _PLEURAL_MIN_EDGE)
