@@ -320,7 +320,7 @@ def _single_stage(seg: Any, path: Path, resample: str) -> Any:
     fine = spatial.resample_image(canonical, seg.fine_mm)
     hu = sitk.GetArrayFromImage(fine)
     probs = sliding_window_probs(
-        seg.single_net, hu, seg.fine_cfg, seg.window_hu, seg.device, sw_batch=seg.sw_batch_size
+        seg.single_net, hu, seg.fine_cfg, seg.window_hu, seg.device, sw_batch=seg.window_batch(seg.fine_cfg)
     )
     background = probs[0].numpy().copy()  # a copy, so the other channels can go
     del probs

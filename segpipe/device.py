@@ -32,7 +32,7 @@ from segpipe.errors import ConfigError
 
 __all__ = [
     "resolve_device", "amp_dtype", "autocast", "make_grad_scaler", "fast_layout", "for_inference",
-    "cpu_has_fast_bf16", "use_amp", "precision_name",
+    "cpu_has_fast_bf16", "use_amp", "precision_name", "window_batch",
 ]
 
 log = logging.getLogger("segpipe")
@@ -112,6 +112,18 @@ def use_amp(device: str | torch.device, requested: bool) -> bool:
                  "(%s=1 forces bf16)", torch.backends.cpu.get_cpu_capability(), CPU_BF16_ENV)
         _warned_fp32 = True
     return False
+
+
+def window_batch(device: str | torch.device, stage_batch: int, amp: bool) -> int:
+    """Sliding windows per forward pass at inference when none is asked for: the stage's
+    training batch, except on a CPU running bf16 (``amp`` as :func:`use_amp` decided), where
+    one window per pass is both faster and leaner. Measured with oneDNN on a 2-core Xeon with
+    AMX, per window: fine network 39 ms alone vs 49 ms in pairs, coarse 39 vs 50 ms (and the
+    coarse stage's peak memory about 90 MB lower on a neck-to-pelvis scan); in fp32 a lone
+    window is the slow one (fine 232 vs 86 ms), so fp32 keeps the batch."""
+    if torch.device(device).type == "cpu" and amp:
+        return 1
+    return int(stage_batch)
 
 
 def precision_name(device: str | torch.device, amp: bool) -> str:

@@ -167,7 +167,8 @@ class LungSegmenter:
         device: ``"auto"`` (CUDA when present), ``"cpu"`` or ``"cuda"``.
         fast: no window overlap in the fine stage (about 2-3x fewer windows; slightly rougher
             borders between windows).
-        sw_batch_size: windows per forward pass (default: the stage's training batch size).
+        sw_batch_size: windows per forward pass (default: one on a CPU running bf16, where that
+            is fastest, else the stage's training batch size; :meth:`window_batch`).
         progress: log each stage.
         min_lung_ml: a side counts as found only when the coarse network is confident
             (lung probability >= 0.9) on at least this volume of it; smaller or unsure finds
@@ -254,6 +255,14 @@ class LungSegmenter:
 
         return for_inference(net, device)
 
+    def window_batch(self, stage: StageConfig) -> int:
+        """Windows per forward pass for ``stage``: ``sw_batch_size`` when given, else
+        :func:`segpipe.device.window_batch` (one on a CPU running bf16, the stage's batch
+        elsewhere)."""
+        from segpipe.device import use_amp, window_batch
+
+        return self.sw_batch_size or window_batch(self.device, stage.batch_size, use_amp(self.device, stage.amp))
+
     def _predict_probs(
         self, net: Any, array_zyx: np.ndarray, stage: StageConfig, device: Any, accumulate_on: Any, sw_batch: int,
         overlap: float, channel: int | None = None,
@@ -269,7 +278,7 @@ class LungSegmenter:
 
         stage = self.fine_cfg
         overlap = self._fine_overlap
-        batch = self.sw_batch_size or stage.batch_size
+        batch = self.window_batch(stage)
         attempts = [(self.device, self.device, batch)]
         if self.device.type == "cuda":
             attempts += [(self.device, torch.device("cpu"), 1), (torch.device("cpu"), torch.device("cpu"), 1)]
@@ -357,6 +366,10 @@ class LungSegmenter:
             img = sitk.Cast(img, sitk.sitkFloat32) + float(hu_offset)
         io.check_hu(img, str(image) if isinstance(image, (str, Path)) else "image")
         canonical, code = spatial.to_canonical(img)
+        # the scan is ours to drop when this call read, shifted or reoriented it (not the
+        # caller's own image): then only the lungs' region of it is kept for the fine stage
+        owned = canonical is not image
+        geometry, geometry_c = spatial.Geometry.of(img), spatial.Geometry.of(canonical)
         timings["read_s"] = time.perf_counter() - t0
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -368,14 +381,16 @@ class LungSegmenter:
         coarse_arr = sitk.GetArrayFromImage(coarse_img)
         net = self._network("coarse", self.device)
         probs = self._predict_probs(net, coarse_arr, self.coarse_cfg, self.device, self.device,
-                                    self.sw_batch_size or self.coarse_cfg.batch_size, self.coarse_cfg.overlap)
-        coarse_label = probs.argmax(0).numpy().astype(np.uint8)
+                                    self.window_batch(self.coarse_cfg), self.coarse_cfg.overlap)
+        # lung = any lung class beats background (what argmax != 0 says, without torch's
+        # argmax over the class axis: 0.38 s for the 2 M voxels of a neck-to-pelvis scan)
+        coarse_lung = (probs[0] < torch.amax(probs[1:], dim=0)).numpy()
         confident = (probs[0] <= 1.0 - _CONFIDENT).numpy()
         del net, probs, coarse_arr
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         _release_freed_memory()
-        boxes = self._lung_boxes(coarse_label, coarse_img, confident)
+        boxes = self._lung_boxes(coarse_lung, coarse_img, confident)
         self._coarse_airways = self._airways(coarse_img)
         self._coarse_geometry = spatial.Geometry.of(coarse_img)
         timings["coarse_s"] = time.perf_counter() - t
@@ -386,24 +401,30 @@ class LungSegmenter:
         # the output is held only for the lungs' boxes (their union, in canonical voxels); the
         # rest of the scan is background and is never touched
         t = time.perf_counter()
-        size_xyz = np.asarray(canonical.GetSize())
-        ranges = [spatial.box_index_range(canonical, b) for b in boxes.values()]
+        size_xyz = np.asarray(geometry_c.size)
+        ranges = [spatial.box_index_range(geometry_c, b) for b in boxes.values()]
         lo = hi = np.zeros(3, int)
         if ranges:
             lo = np.clip(np.min([r[0] for r in ranges], axis=0), 0, size_xyz)
             hi = np.maximum(np.clip(np.max([r[1] for r in ranges], axis=0), 0, size_xyz), lo)
         offset = tuple(int(v) for v in lo)
         out = np.zeros(tuple(int(v) for v in (hi - lo)[::-1]), np.uint8)
-        regions = self._fine_regions(canonical, boxes)
+        regions = self._fine_regions(geometry_c, boxes)
         self._pleural_ml = 0.0
-        fine_regions = {name: {**box.to_dict(), "windows": self._windows(canonical, box)} for name, box in regions.items()}
+        fine_regions = {name: {**box.to_dict(), "windows": self._windows(geometry_c, box)} for name, box in regions.items()}
+        # the voxels the fine stage reads: the whole scan, or, when the scan is ours, only the
+        # lungs' region of it (a neck-to-pelvis scan's 500 MB become about 100 MB)
+        source, source_start = canonical, (0, 0, 0)
+        if owned and boxes and out.size:
+            source, source_start = self._scan_region(canonical, lo, hi)
+        del img, canonical
         if boxes and out.size:
             self._fine_net = self._network("fine", self.device)
             self._fine_net_device = self.device
             for box in regions.values():
-                self._segment_lung(canonical, box, out, offset, notes)
+                self._segment_lung(source, geometry_c, box, out, offset, notes)
             del self._fine_net
-            self._assign_sides(out, offset, canonical, coarse_img)
+            self._assign_sides(out, offset, source, source_start, coarse_img)
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         timings["fine_s"] = time.perf_counter() - t
@@ -417,9 +438,8 @@ class LungSegmenter:
         t = time.perf_counter()
         from segpipe.postprocess import clean_lungs_array
 
-        geometry, geometry_c = spatial.Geometry.of(img), spatial.Geometry.of(canonical)
         # the scan is no longer needed: when this call read it, its memory goes back now
-        del img, canonical
+        del source
         warnings += clean_lungs_array(out, geometry_c, offset_xyz=offset)
         voxel_ml = spatial.voxel_volume_ml(geometry)
         volumes = {side: round(float(np.count_nonzero(out == v)) * voxel_ml, 2) for side, v in _SIDES}
@@ -474,7 +494,7 @@ class LungSegmenter:
         job = Job(Path(input), io.check_output_path(output, overwrite=overwrite))
         return segment_job(self, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid)
 
-    def _windows(self, canonical: sitk.Image, box: spatial.Box) -> int:
+    def _windows(self, canonical: sitk.Image | spatial.Geometry, box: spatial.Box) -> int:
         """Fine-stage windows for ``box`` (its part of the scan's fine lattice)."""
         size = spatial.lattice_grid(canonical, self.fine_mm, box).GetSize()
         return window_count(size, self.fine_cfg.patch_xyz, self._fine_overlap)
@@ -484,7 +504,7 @@ class LungSegmenter:
         """The fine stage's window overlap (none with ``fast``)."""
         return 0.0 if self.fast else self.fine_cfg.overlap
 
-    def _fine_regions(self, canonical: sitk.Image, boxes: dict[str, spatial.Box]) -> dict[str, spatial.Box]:
+    def _fine_regions(self, canonical: sitk.Image | spatial.Geometry, boxes: dict[str, spatial.Box]) -> dict[str, spatial.Box]:
         """Where the fine stage runs: each lung's box, or the union of both when that takes
         no more windows (the boxes overlap in the mediastinum, and a sliding window wastes the
         part of its last window that sticks out of a box), each fitted to the window grid
@@ -499,7 +519,7 @@ class LungSegmenter:
                 return {"both": union}
         return fitted
 
-    def _fit_windows(self, canonical: sitk.Image, box: spatial.Box) -> spatial.Box:
+    def _fit_windows(self, canonical: sitk.Image | spatial.Geometry, box: spatial.Box) -> spatial.Box:
         """``box`` shrunk by at most :data:`_FIT_TRIM_MM` per side on each axis where that
         drops a whole row of windows: a box a voxel longer than what ``k`` windows cover
         takes ``k + 1`` (a 312 mm box at 1.5 mm is 209 voxels: 5 windows of 64 where 208
@@ -526,8 +546,9 @@ class LungSegmenter:
                     break
         return box
 
-    def _lung_boxes(self, coarse_label: np.ndarray, coarse_img: sitk.Image, confident: np.ndarray | None = None) -> dict[str, spatial.Box]:
-        """Physical box per lung from the coarse prediction, expanded by the training margin
+    def _lung_boxes(self, coarse_lung: np.ndarray, coarse_img: sitk.Image, confident: np.ndarray | None = None) -> dict[str, spatial.Box]:
+        """Physical box per lung from the coarse prediction (``coarse_lung``: a lung class
+        wins, as a boolean or label array), expanded by the training margin
         plus one coarse voxel. Sides come from geometry (:func:`segpipe.postprocess.split_sides`
         on the predicted lung), never from which class the network picked; a side with less
         than ``min_lung_ml`` of ``confident`` voxels counts as absent. The sided coarse mask is
@@ -540,9 +561,9 @@ class LungSegmenter:
         # the fine stage's lungs must lie inside the body itself (no slack: the chest wall is
         # thicker than a coarse voxel), the coarse lungs within one voxel of it (partial volume)
         self._coarse_body = body_interior(hu)
-        sides = split_sides((coarse_label > 0) & body_interior(hu, slack_voxels=1), midline_x=body_midline_x(hu))
+        sides = split_sides((coarse_lung > 0) & body_interior(hu, slack_voxels=1), midline_x=body_midline_x(hu))
         voxel_ml = spatial.voxel_volume_ml(coarse_img)
-        sure = (coarse_label > 0) if confident is None else confident
+        sure = (coarse_lung > 0) if confident is None else confident
         for value in (1, 2):
             if np.count_nonzero((sides == value) & sure) * voxel_ml < self.min_lung_ml:
                 sides[sides == value] = 0
@@ -569,16 +590,19 @@ class LungSegmenter:
         return ndimage.binary_dilation(tracked, structure=in_plane)
 
     def _segment_lung(
-        self, canonical: sitk.Image, box: spatial.Box, out: np.ndarray, offset: tuple[int, int, int], notes: list[str]
+        self, source: sitk.Image, canonical: spatial.Geometry, box: spatial.Box, out: np.ndarray,
+        offset: tuple[int, int, int], notes: list[str],
     ) -> None:
         """Fine stage for one lung: crop, resample, sliding window, then the probability of
         "any lung" (1 - background) back onto the crop's region of the original grid; voxels
-        above 0.5 are marked in ``out`` (the part of the canonical grid that starts at index
-        ``offset``, x y z; sides are assigned afterwards, from geometry)."""
+        above 0.5 are marked in ``out`` (the part of the canonical grid ``canonical`` that
+        starts at index ``offset``, x y z; sides are assigned afterwards, from geometry). The
+        voxels come from ``source``: the canonical scan or a region of it that holds the box
+        (:meth:`_scan_region`)."""
         # the box's part of the fine grid of the whole scan (same lattice): the result does
         # not depend on where exactly the box starts, and no original-resolution crop is copied
         fine = spatial.resample_to_reference(
-            canonical, spatial.lattice_grid(canonical, self.fine_mm, box), interpolator=sitk.sitkLinear,
+            source, spatial.lattice_grid(canonical, self.fine_mm, box), interpolator=sitk.sitkLinear,
             default_value=-1024.0, output_pixel_type=sitk.sitkFloat32,
         )
         grid = spatial.Geometry.of(fine)
@@ -619,6 +643,19 @@ class LungSegmenter:
             region = out[z0 - oz:z1 - oz, lo[1] - oy:hi[1] - oy, lo[0] - ox:hi[0] - ox]
             region[sitk.GetArrayViewFromImage(back) < 0.5] = 1
 
+    def _scan_region(self, canonical: sitk.Image, lo: np.ndarray, hi: np.ndarray) -> tuple[sitk.Image, tuple[int, int, int]]:
+        """The voxels ``lo``..``hi`` (x y z index range, exclusive) of ``canonical`` and its
+        start index: an exact copy with its own origin, padded by two fine voxels and two of
+        the scan's own on each side, so every fine-lattice point of a box in the range
+        (:func:`segpipe.spatial.lattice_grid` reaches up to one fine voxel past it) interpolates
+        from the same voxels as on the whole scan."""
+        spacing = np.asarray(canonical.GetSpacing())
+        pad = np.ceil(2.0 * np.asarray(self.fine_mm) / spacing).astype(int) + 2
+        start = np.maximum(np.asarray(lo) - pad, 0)
+        stop = np.minimum(np.asarray(hi) + pad, np.asarray(canonical.GetSize()))
+        region = canonical[int(start[0]):int(stop[0]), int(start[1]):int(stop[1]), int(start[2]):int(stop[2])]
+        return region, (int(start[0]), int(start[1]), int(start[2]))
+
     def _inside_on(self, grid: spatial.Geometry) -> np.ndarray:
         """The coarse stage's body mask less its airways, looked up (nearest voxel) on ``grid``
         (canonical directions, as the coarse grid), as a ``(z, y, x)`` array."""
@@ -632,10 +669,14 @@ class LungSegmenter:
         inside = self._coarse_body & ~self._coarse_airways
         return inside[np.ix_(index[2], index[1], index[0])]
 
-    def _assign_sides(self, out: np.ndarray, offset: tuple[int, int, int], canonical: sitk.Image, coarse_img: sitk.Image) -> None:
+    def _assign_sides(
+        self, out: np.ndarray, offset: tuple[int, int, int], source: sitk.Image, source_start: tuple[int, int, int],
+        coarse_img: sitk.Image,
+    ) -> None:
         """Turn the lung voxels of ``out`` (the part of the canonical grid that starts at index
         ``offset``, x y z) into 1 (right) / 2 (left) with the per-row boundary between the
-        coarse stage's sided lungs (physical geometry). Voxels outside the body (the coarse body
+        coarse stage's sided lungs (physical geometry); the scan's voxels come from ``source``,
+        the part of the canonical scan that starts at index ``source_start``. Voxels outside the body (the coarse body
         mask), in the trachea and main bronchi (tracked on the coarse grid) or in fat
         (:func:`segpipe.postprocess.fat_in_lung`, on the scan's own voxels) are cleared: air
         around the patient inside a lung's box, the large airways and fat are never lung. Then
@@ -643,14 +684,15 @@ class LungSegmenter:
         (:func:`segpipe.postprocess.snap_edges`)."""
         from segpipe.postprocess import fat_in_lung, map_parallel, side_boundary, snap_edges
 
-        hu = sitk.GetArrayViewFromImage(canonical)  # a view: no copy of the scan
-        spacing_yx = (float(canonical.GetSpacing()[1]), float(canonical.GetSpacing()[0]))
+        hu = sitk.GetArrayViewFromImage(source)  # a view: no copy of the scan
+        spacing_yx = (float(source.GetSpacing()[1]), float(source.GetSpacing()[0]))
         boundary_c = side_boundary(self._coarse_sides)
-        sp_f = np.asarray(canonical.GetSpacing())
+        sp_f = np.asarray(source.GetSpacing())
         sp_c = np.asarray(coarse_img.GetSpacing())
         fz, fy, fx = out.shape
         cz, cy, cx = self._coarse_body.shape
         ox, oy, oz = offset
+        sx, sy, sz = source_start
         kc = np.clip(np.round((np.arange(fz) + oz + 0.5) * sp_f[2] / sp_c[2] - 0.5).astype(int), 0, cz - 1)
         jc = np.clip(np.round((np.arange(fy) + oy + 0.5) * sp_f[1] / sp_c[1] - 0.5).astype(int), 0, cy - 1)
         ic = np.clip(np.round((np.arange(fx) + ox + 0.5) * sp_f[0] / sp_c[0] - 0.5).astype(int), 0, cx - 1)
@@ -663,7 +705,7 @@ class LungSegmenter:
                 return
             inside = (self._coarse_body[kc[z]] & ~self._coarse_airways[kc[z]])[np.ix_(jc, ic)]
             lung &= inside
-            hu_z = hu[z + oz, oy:oy + fy, ox:ox + fx]
+            hu_z = hu[z + oz - sz, oy - sy:oy - sy + fy, ox - sx:ox - sx + fx]
             lung &= ~fat_in_lung(lung, hu_z, spacing_yx)
             lung = snap_edges(lung, hu_z, spacing_yx, inside)
             sl[~lung] = 0

@@ -140,7 +140,7 @@ def _check_spacing(spacing_xyz: tuple[float, float, float] | list[float]) -> tup
 
 
 def _grid_for_spacing(
-    image: sitk.Image, spacing_xyz: tuple[float, float, float]
+    image: sitk.Image | Geometry, spacing_xyz: tuple[float, float, float]
 ) -> tuple[tuple[int, int, int], tuple[float, float, float]]:
     """Size and origin of a grid with ``spacing_xyz`` covering the same physical extent.
 
@@ -335,7 +335,7 @@ def index_to_physical(image: sitk.Image | Geometry, index_xyz: np.ndarray) -> np
     return np.asarray(image.GetOrigin()) + (index_xyz * np.asarray(image.GetSpacing())) @ direction.T
 
 
-def _physical_to_index(image: sitk.Image, points_xyz: np.ndarray) -> np.ndarray:
+def _physical_to_index(image: sitk.Image | Geometry, points_xyz: np.ndarray) -> np.ndarray:
     direction = np.asarray(image.GetDirection()).reshape(3, 3)
     return ((points_xyz - np.asarray(image.GetOrigin())) @ direction) / np.asarray(image.GetSpacing())
 
@@ -364,7 +364,7 @@ def box_from_mask(label: sitk.Image, values: int | tuple[int, ...] | None = None
     return Box(tuple(pts.min(0).tolist()), tuple(pts.max(0).tolist()))  # type: ignore[arg-type]
 
 
-def box_index_range(image: sitk.Image, box: Box) -> tuple[np.ndarray, np.ndarray]:
+def box_index_range(image: sitk.Image | Geometry, box: Box) -> tuple[np.ndarray, np.ndarray]:
     """Index range ``[lo, hi)`` (x, y, z) of the voxels of ``image`` that overlap ``box``
     (mm); it may reach outside the image."""
     idx = _physical_to_index(image, _corners(box.lo_xyz, box.hi_xyz))
@@ -374,7 +374,7 @@ def box_index_range(image: sitk.Image, box: Box) -> tuple[np.ndarray, np.ndarray
     return lo, hi
 
 
-def lattice_grid(image: sitk.Image, spacing_xyz: tuple[float, float, float], box: Box) -> sitk.Image:
+def lattice_grid(image: sitk.Image | Geometry, spacing_xyz: tuple[float, float, float], box: Box) -> sitk.Image:
     """An empty grid (uint8 reference image) of ``spacing_xyz`` mm covering ``box`` and the
     centres of all of ``image``'s voxels that overlap it (:func:`box_index_range`; with thick
     slices they reach past the box), whose voxels are voxels of

@@ -92,6 +92,70 @@ def test_output_geometry_is_exactly_the_input_geometry(model_path: Path, scan: s
     assert set(result.report["timings_s"]) >= {"coarse_s", "fine_s", "total_s"}
 
 
+def test_scan_read_by_predict_is_cut_to_the_lungs_region_without_changing_the_mask(
+    model_path: Path, scan: sitk.Image, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scan that predict reads itself is cut to the lungs' region after the coarse stage
+    (its memory goes back); the fine stage reads the same voxels, so the mask equals the one
+    from the caller's own image, which is never copied."""
+    _force_boxes(monkeypatch)
+    forced = infer.LungSegmenter._lung_boxes
+
+    def smaller(self, *args):  # type: ignore[no-untyped-def]  # boxes well inside this coarse scan
+        return {side: box.expand((-30.0, -30.0, -70.0)) for side, box in forced(self, *args).items()}
+
+    monkeypatch.setattr(infer.LungSegmenter, "_lung_boxes", smaller)
+    image = spatial.reorient(scan, "LPS")  # canonical already: the caller's image is used as is
+    path = io.write_image(image, tmp_path / "case.nii.gz")
+    regions: list[tuple[int, ...]] = []
+    cut = infer.LungSegmenter._scan_region
+
+    def spy(self, canonical, lo, hi):  # type: ignore[no-untyped-def]
+        region, start = cut(self, canonical, lo, hi)
+        regions.append(tuple(region.GetSize()))
+        return region, start
+
+    monkeypatch.setattr(infer.LungSegmenter, "_scan_region", spy)
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    from_path = seg.predict(path)
+    assert len(regions) == 1 and np.prod(regions[0]) < 0.8 * np.prod(image.GetSize())
+    from_image = seg.predict(image)
+    assert len(regions) == 1  # the caller's image is not copied
+    assert sitk.GetArrayViewFromImage(from_path).any()
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(from_path), sitk.GetArrayViewFromImage(from_image))
+
+
+@pytest.mark.parametrize("spacing", [(0.7, 0.7, 1.0), (1.6, 1.6, 5.0)])
+def test_scan_region_resamples_to_the_same_fine_voxels_as_the_whole_scan(model_path: Path, spacing: tuple[float, float, float]) -> None:
+    """The fine lattice of any box inside the region interpolates to exactly the values it
+    has on the whole scan (thin and thick slices; the lattice reaches past the box)."""
+    rng = np.random.default_rng(0)
+    whole = sitk.GetImageFromArray(rng.integers(-1000, 400, size=(60, 90, 110)).astype(np.int16))
+    whole.SetSpacing(spacing)
+    whole.SetOrigin((-30.0, 12.5, 100.0))
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    seg.fine_mm = (1.5, 1.5, 1.5)
+    lo = np.asarray(whole.TransformIndexToPhysicalPoint((25, 20, 15)))
+    hi = np.asarray(whole.TransformIndexToPhysicalPoint((80, 70, 40)))
+    box = spatial.Box(tuple(lo), tuple(hi))
+    start, stop = spatial.box_index_range(whole, box)
+    region, region_start = seg._scan_region(whole, start, stop)
+    assert np.prod(region.GetSize()) < 0.7 * np.prod(whole.GetSize())
+    np.testing.assert_array_equal(
+        sitk.GetArrayViewFromImage(region),
+        sitk.GetArrayViewFromImage(whole)[region_start[2]:region_start[2] + region.GetSize()[2],
+                                          region_start[1]:region_start[1] + region.GetSize()[1],
+                                          region_start[0]:region_start[0] + region.GetSize()[0]],
+    )
+    lattice = spatial.lattice_grid(whole, seg.fine_mm, box)
+    fine = [
+        sitk.GetArrayFromImage(spatial.resample_to_reference(
+            src, lattice, interpolator=sitk.sitkLinear, default_value=-1024.0, output_pixel_type=sitk.sitkFloat32))
+        for src in (whole, region)
+    ]
+    np.testing.assert_array_equal(fine[0], fine[1])
+
+
 def test_amp_model_runs_bf16_only_where_the_cpu_has_it(
     model_path: Path, scan: sitk.Image, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -108,7 +172,19 @@ def test_amp_model_runs_bf16_only_where_the_cpu_has_it(
         result = seg.predict_with_report(scan)
         assert result.report["precision"] == precision
         masks[precision] = sitk.GetArrayFromImage(result.label)
+        # one window per pass is fastest in bf16 on the CPU, pairs (the stage's batch) in fp32
+        assert seg.window_batch(seg.fine_cfg) == (1 if precision == "bf16" else seg.fine_cfg.batch_size)
     assert np.mean(masks["bf16"] == masks["fp32"]) > 0.99
+    seg.sw_batch_size = 3  # the user's choice wins
+    assert seg.window_batch(seg.fine_cfg) == 3
+
+
+def test_window_batch_rule() -> None:
+    from segpipe.device import window_batch
+
+    assert window_batch("cpu", 2, amp=True) == 1
+    assert window_batch("cpu", 2, amp=False) == 2
+    assert window_batch("cuda", 4, amp=True) == 4  # the GPU keeps the stage's batch
 
 
 def test_anisotropic_numpy_input_and_no_lung_warning(model_path: Path, scan: sitk.Image) -> None:
