@@ -433,3 +433,14 @@ def test_pleural_air_leaves_lung_with_a_bulla_alone() -> None:
         cavity, air_out, hu = _chest_with_pleural_air(pneumothorax=False, bulla=True, spacing=spacing)
         assert not air_out.any() and (hu[cavity] < -975).sum() * spacing**3 / 1000 > 10  # the bulla: > 10 mL of air
         assert not pleural_air(cavity, hu, (spacing,) * 3).any()
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32])
+def test_component_sizes_count_like_bincount(dtype: type) -> None:
+    from segpipe.postprocess import component_sizes
+
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 7, 300):
+        labels = rng.integers(0, n + 1, size=(20, 30, 40)).astype(dtype)
+        labels[0, 0, 0] = n  # the top label is counted, not dropped off the end
+        np.testing.assert_array_equal(component_sizes(labels, n), np.bincount(labels.ravel(), minlength=n + 1))
