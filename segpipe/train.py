@@ -257,7 +257,7 @@ def evaluate(model: Any, volumes: list[data_mod.CachedVolume], stage: StageConfi
     inference uses each stage: the coarse stage's lung is sided by geometry
     (:func:`segpipe.postprocess.split_sides`); a fine crop is scored on lung vs background,
     under the side of the lung it was cut around."""
-    from segpipe.infer import sliding_window_probs
+    from segpipe.infer import any_lung, sliding_window_probs
     from segpipe.metrics import dice
     from segpipe.postprocess import split_sides
 
@@ -266,12 +266,12 @@ def evaluate(model: Any, volumes: list[data_mod.CachedVolume], stage: StageConfi
     for vol in volumes:
         image, label = vol.load()
         label = np.asarray(label)
-        pred = sliding_window_probs(model, np.asarray(image), stage, cfg.intensity.window_hu, device).argmax(0).numpy()
+        lung = any_lung(sliding_window_probs(model, np.asarray(image), stage, cfg.intensity.window_hu, device))
         if "_fine_" in vol.image.name:
             side = "right" if "_fine_right" in vol.image.name else "left"
-            scores[side].append(dice(pred > 0, label > 0))
+            scores[side].append(dice(lung, label > 0))
             continue
-        sided = split_sides(pred > 0)
+        sided = split_sides(lung)
         for side, value in (("right", 1), ("left", 2)):
             if (label == value).any() or (sided == value).any():
                 scores[side].append(dice(sided == value, label == value))

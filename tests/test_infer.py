@@ -472,3 +472,17 @@ def test_coarse_body_lookup_on_a_fine_grid_is_nearest_neighbour_resampling() -> 
     )).astype(bool)
     assert got.shape == ref.shape and inside.mean() > 0.5
     np.testing.assert_array_equal(got[inside], ref[inside].astype(bool))
+
+
+def test_any_lung_is_argmax_not_background() -> None:
+    """The coarse stage's and validation's lung test equals ``argmax != 0``, ties included
+    (argmax takes the first maximum: background)."""
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(3, 6, 7, 8, generator=gen), dim=0)
+    probs[:, 0, 0, 0] = torch.tensor([0.4, 0.4, 0.2])  # a tie with background
+    probs[:, 0, 0, 1] = torch.tensor([0.2, 0.4, 0.4])  # a tie between the lungs
+    expected = (probs.argmax(0) != 0).numpy()
+    np.testing.assert_array_equal(infer.any_lung(probs), expected)
+    assert not expected[0, 0, 0] and expected[0, 0, 1]
+    two = torch.softmax(torch.randn(2, 5, 5, 5, generator=gen), dim=0)  # lung-vs-background models
+    np.testing.assert_array_equal(infer.any_lung(two), (two.argmax(0) != 0).numpy())
