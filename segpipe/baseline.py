@@ -34,7 +34,7 @@ from scipy import ndimage
 
 from segpipe import io, spatial
 from segpipe.io import validate_image
-from segpipe.postprocess import body_midline_x, split_sides, trachea_seed
+from segpipe.postprocess import body_midline_x, component_sizes, split_sides, trachea_seed
 
 __all__ = ["segment_lungs_classical", "ClassicalSegmenter", "segment_files"]
 
@@ -106,7 +106,7 @@ def segment_lungs_classical(
     labels, n = ndimage.label(inside, structure=_CROSS3)
     out = np.zeros(hu.shape, np.uint8)
     if n:
-        sizes = np.bincount(labels.ravel())
+        sizes = component_sizes(labels, n)
         sizes[0] = 0
         big = np.flatnonzero(sizes >= max(min_fraction * sizes.max(), 1))
         lungs = np.isin(labels, big)
