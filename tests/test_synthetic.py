@@ -235,3 +235,49 @@ def test_emphysema_includes_confluent_dark_lung_that_stays_lung(rich) -> None:
     assert np.count_nonzero(emph) > 0
     assert np.all(label[emph] > 0)
     assert -1000 < np.median(img[emph]) < -900
+
+
+def test_consolidation_is_denser_than_effusion_and_holds_air_bronchograms(rich) -> None:
+    """Consolidation (lung) and effusion (not lung) differ as on real scans: the consolidation's
+    core is denser than the fluid, and air-filled bronchi cross it, still labelled lung."""
+    from scipy import ndimage
+
+    img = sitk.GetArrayFromImage(rich.image)
+    label = sitk.GetArrayFromImage(rich.label)
+    tissue = sitk.GetArrayFromImage(rich.tissue)
+    cons = tissue == TISSUES["consolidation"]
+    core = {name: ndimage.binary_erosion(tissue == TISSUES[name]) for name in ("consolidation", "effusion")}
+    assert core["consolidation"].sum() > 1000 and core["effusion"].sum() > 1000
+    assert np.all(label[cons] > 0) and np.all(label[tissue == TISSUES["effusion"]] == 0)
+    assert np.median(img[core["consolidation"]]) > np.median(img[core["effusion"]]) + 8
+    assert np.median(img[core["consolidation"]]) >= 10
+    found = rich.info["consolidation"]
+    assert all(c["lobe"] in ("lower", "upper", "middle", "patchy") for c in found)
+    if any(c["air_bronchogram"] for c in found):
+        bronchogram = ndimage.binary_closing(cons, iterations=2) & (tissue == TISSUES["bronchus"])
+        assert bronchogram.sum() > 20
+        assert np.median(img[bronchogram]) < -400 and np.all(label[bronchogram] > 0)
+
+
+def test_lobar_consolidation_ends_on_a_fissure() -> None:
+    """Across seeds both kinds occur, and a lobar consolidation is cut by its fissure planes:
+    all its voxels lie on the lobe's side of each (the plane's normal points out of the lobe)."""
+    lobes: set[str] = set()
+    checked = 0
+    for seed in range(12):
+        spec = PhantomSpec(seed=seed, size_xyz=(96, 96, 64), spacing_xyz=(4.0, 4.0, 5.0), consolidation=1.0)
+        ph = make_phantom(spec, tissue_map=True)
+        found = ph.info["consolidation"]
+        lobes |= {c["lobe"] for c in found}
+        if checked or len(found) != 1 or found[0]["lobe"] == "patchy":
+            continue
+        tissue = sitk.GetArrayFromImage(ph.tissue)
+        idx = np.argwhere(tissue == TISSUES["consolidation"])[:, ::-1].astype(float)  # (x, y, z)
+        assert len(idx) > 50
+        pts = np.array([ph.tissue.TransformContinuousIndexToPhysicalPoint(list(v)) for v in idx])
+        for plane in found[0]["fissures"]:
+            side = (pts - plane["point_mm"]) @ np.asarray(plane["normal"])
+            assert side.max() <= 4.0  # within about a voxel of the plane (partial volume)
+            assert side.min() < -20.0
+        checked += 1
+    assert "patchy" in lobes and lobes & {"lower", "upper", "middle"} and checked == 1

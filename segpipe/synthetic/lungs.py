@@ -162,6 +162,7 @@ def build_lungs(b: Body, rng: np.random.Generator) -> LungParts:
     vein_hu = b.hu_blood * (0.85 if spec.contrast else 1.0)
     walls: list[Item] = []
     lumens: list[Item] = []
+    arteries: dict[str, list] = {}
     for name, sx in SIDES:
         pts, occ = pts_by_side[name]
         deep = pts[occ > 0.99]
@@ -171,11 +172,11 @@ def build_lungs(b: Body, rng: np.random.Generator) -> LungParts:
             segs = grow_tree(rng, root, np.array([sx, 0.2, -0.2 if kind == "vein" else 0.1]), tg, r0)
             post.append(Item(f"{name}_{kind}_tree", _capsule_set(segs), hu, "in_lung", T["vessel"]))
             if kind == "artery":
+                arteries[name] = segs
                 _bronchi(segs, sx, walls, lumens)
     # ---- pathology painted over the vessels
     if rng.random() < spec.consolidation:
-        info["consolidation"] = _blobs(pts_by_side, rng, S, post, "consolidation", (18, 40), (0, 50), 1.0,
-                                       dependent=True)
+        info["consolidation"] = _consolidation(b, pts_by_side, arteries, rng, post)
     if rng.random() < spec.effusion:
         info["effusion"] = _effusion(b, lungs, rng, post, out.carve_first)
     if rng.random() < spec.collapse:
@@ -207,12 +208,14 @@ def _capsule_set(segs) -> CapsuleSet:
                       np.array([s[2] for s in segs]), np.array([s[3] for s in segs]))
 
 
-def _bronchi(segs, sx: int, walls: list[Item], lumens: list[Item]) -> None:
-    """Bronchi beside the arteries thicker than about 1.6 mm (lumen ~0.85 of the artery)."""
-    wall_caps: list = []
-    lumen_caps: list = []
+def _bronchus_capsules(segs, sx: int, r_min: float, r_max: float = INF) -> tuple[list[Capsule], list[Capsule]]:
+    """Bronchi (lumens, walls) beside the artery segments of radius ``r_min`` .. ``r_max`` mm at
+    their start: lumen ~0.8 of the artery, wall 0.12 of the lumen + 0.45 mm, on the artery's
+    lateral side (``sx``: -1 right, +1 left)."""
+    lumens: list[Capsule] = []
+    walls: list[Capsule] = []
     for a, c, ra, rb in segs:
-        if ra < 2.4:
+        if not r_min <= ra < r_max:
             continue
         d = c - a
         n = np.linalg.norm(d)
@@ -223,8 +226,14 @@ def _bronchi(segs, sx: int, walls: list[Item], lumens: list[Item]) -> None:
         lr = 0.8 * ra
         wall = 0.12 * lr + 0.45
         off = p * (ra + lr + wall + 0.3)
-        wall_caps.append(Capsule(a + off, c + off, lr + wall, 0.8 * rb + wall))
-        lumen_caps.append(Capsule(a + off, c + off, lr, 0.8 * rb))
+        walls.append(Capsule(a + off, c + off, lr + wall, 0.8 * rb + wall))
+        lumens.append(Capsule(a + off, c + off, lr, 0.8 * rb))
+    return lumens, walls
+
+
+def _bronchi(segs, sx: int, walls: list[Item], lumens: list[Item]) -> None:
+    """Bronchi beside the arteries thicker than about 1.6 mm (lumen ~0.85 of the artery)."""
+    lumen_caps, wall_caps = _bronchus_capsules(segs, sx, 2.4)
     if wall_caps:
         walls.append(Item("bronchus_wall", CapsuleSet.from_capsules(wall_caps), 30.0, "in_lung", T["soft_tissue"]))
         lumens.append(Item("bronchus", CapsuleSet.from_capsules(lumen_caps), -1000.0, "in_lung", T["bronchus"]))
@@ -277,6 +286,76 @@ def _blobs(pts_by_side, rng, S: float, items: list[Item], name: str, radius: tup
         field_hu = SmoothField(rng, lo, hi, 6, 18, rng.uniform(*hu))
         items.append(Item(name, Union(*parts), field_hu, "in_lung", T[name], alpha))
         found.append({"centre_mm": c.tolist(), "side": side})
+    return found
+
+
+def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: list[Item]) -> list[dict]:
+    """Airspace consolidation: lung whose alveoli are filled (lung label), 1-2 regions.
+
+    What tells it apart from a pleural effusion (fluid outside the lung, dependent, 0-20 HU,
+    meniscus-shaped with compressed lung above it), as in real scans:
+
+    - *lobar/segmental* regions (half of them) end on a fissure: a plane through the hilum
+      (oblique fissure ~35-60 degrees from the axial plane; the right horizontal fissure at the
+      hilum's height), the rest of their edge lobulated; *patchy* ones (bronchopneumonia) are
+      unions of ellipsoids in the dependent lung;
+    - denser than fluid: 15-50 HU, 10-30 HU more on contrast scans, where the vessels inside
+      still enhance (the CT angiogram sign);
+    - air bronchograms: air-filled bronchi of 0.7-2 mm (beside the arteries, as the larger
+      bronchi) crossing the region, in most (85 %) of them.
+    """
+    L, S = b.L, b.S
+    found = []
+    for _ in range(int(rng.integers(1, 3))):
+        side = "right" if rng.random() < 0.5 else "left"
+        pts, occ = pts_by_side[side]
+        inner = pts[occ > 0.99]
+        hil = b.hilum[f"{side}_artery"]
+        lobar = rng.random() < 0.5
+        planes: list[Shape] = []
+        if lobar:
+            lobe = str(rng.choice(["lower", "upper", "middle"], p=[0.6, 0.25, 0.15]))
+            t = np.tan(np.radians(rng.uniform(35, 60)))
+            # oblique fissure: z - z_h = t (y - y_h); the lower lobe lies behind and below it
+            oblique = np.array([0.0, -t, 1.0])
+            if lobe == "lower":
+                planes.append(HalfSpace(hil, oblique))
+            else:
+                planes.append(HalfSpace(hil, -oblique))
+                # the horizontal fissure (right) / the lingula's lower edge (left) at the hilum
+                planes.append(HalfSpace(hil + (0, 0, 5 * S), (0, 0, -1.0 if lobe == "upper" else 1.0)))
+            rel = inner - hil
+            keep = np.ones(len(inner), bool)
+            for pl in planes:
+                keep &= (rel @ pl.n) <= -5.0
+            cand = inner[keep] if keep.sum() > 20 else inner
+        else:
+            lobe = "patchy"
+            cand = inner[(inner[:, 1] > np.percentile(inner[:, 1], 55)) & (inner[:, 2] < np.percentile(inner[:, 2], 50))]
+            cand = cand if len(cand) else inner
+        c = cand[rng.integers(len(cand))]
+        whole = lobar and rng.random() < 0.3
+        r_lo, r_hi = ((70, 120) if whole else (30, 70)) if lobar else (18, 40)
+        parts = [Ellipsoid(c + rng.normal(0, r_lo * 0.5 * S, 3) * (i > 0), rng.uniform(r_lo, r_hi, 3) * S)
+                 for i in range(int(rng.integers(2, 5)))]
+        region: Shape = Union(*parts)
+        if planes:
+            region = Intersect(region, *planes)
+        lo, hi = region.lo, region.hi
+        hu = float(rng.uniform(15, 50)) + (float(rng.uniform(10, 30)) if b.contrast else 0.0)
+        items.append(Item("consolidation", region, SmoothField(rng, lo, hi, 6, 12, hu), "in_lung", T["consolidation"]))
+        segs = [s for s in arteries[side]
+                if np.all(np.minimum(s[0], s[1]) < hi) and np.all(np.maximum(s[0], s[1]) > lo)]
+        if b.contrast and segs:  # enhancing vessels inside the consolidation
+            items.append(Item("consolidation_vessels", Intersect(_capsule_set(segs), region), b.hu_blood, "in_lung",
+                              T["vessel"]))
+        bronchogram = rng.random() < 0.85
+        caps = _bronchus_capsules(segs, -1 if side == "right" else 1, 0.9, 2.4)[0] if bronchogram else []
+        if caps:
+            items.append(Item("air_bronchogram", Intersect(CapsuleSet.from_capsules(caps), region),
+                              float(rng.uniform(-1000, -900)), "in_lung", T["bronchus"]))
+        found.append({"centre_mm": c.tolist(), "side": side, "lobe": lobe, "hu": hu, "air_bronchogram": bronchogram,
+                      "fissures": [{"point_mm": pl.p.tolist(), "normal": pl.n.tolist()} for pl in planes]})
     return found
 
 
