@@ -152,6 +152,18 @@ def channel_probability_(logits: Any, channel: int) -> Any:
     return total.add_(1.0).reciprocal_()
 
 
+def _in_scan(grid: spatial.Geometry, scan: spatial.Geometry) -> np.ndarray:
+    """``(z, y, x)`` mask of the voxels of ``grid`` that lie inside ``scan`` (same directions):
+    a fine grid reaching past the scan's end is filled with made-up air there."""
+    direction = np.asarray(scan.GetDirection()).reshape(3, 3)
+    shift = direction.T @ (np.asarray(grid.GetOrigin()) - np.asarray(scan.GetOrigin()))
+    axes = []
+    for a in range(3):
+        pos = (shift[a] + np.arange(grid.GetSize()[a]) * grid.GetSpacing()[a]) / scan.GetSpacing()[a]
+        axes.append((pos >= -0.5) & (pos <= scan.GetSize()[a] - 0.5))
+    return axes[2][:, None, None] & axes[1][None, :, None] & axes[0][None, None, :]
+
+
 def window_count(size_xyz: tuple[int, ...], patch_xyz: tuple[int, ...], overlap: float) -> int:
     """How many windows MONAI's sliding-window inferer runs over a volume of ``size_xyz``
     (its ``dense_patch_slices``: windows ``int(patch * (1 - overlap))`` apart, the last one
@@ -622,7 +634,9 @@ class LungSegmenter:
         background = self._fine_with_fallback(hu, notes).numpy()
         # a pneumothorax inside the network's lung is taken out (it is air outside the lung);
         # air around the patient and in the large airways is cleared later anyway
-        pleural = pleural_air((background < 0.5) & self._inside_on(grid), hu, self.fine_mm)
+        inside = self._inside_on(grid)
+        pleural = pleural_air((background < 0.5) & inside, hu, self.fine_mm, valid=inside & _in_scan(grid, canonical))
+        del inside
         self._pleural_ml += float(np.count_nonzero(pleural)) * float(np.prod(self.fine_mm)) / 1000.0
         background[pleural] = 1.0
         del hu, pleural

@@ -145,6 +145,7 @@ _PLEURAL_SMOOTH_MM = 1.0  # Gaussian sigma before the HU test (noise)
 _PLEURAL_OPEN_MM = 1.5  # opening radius: strands of air thinner than this do not join pockets
 _PLEURAL_MIN_ML = 10.0  # smaller pockets stay (emphysema, a small bulla)
 _PLEURAL_MIN_EDGE = 0.15  # share of a pocket's surface on the lung mask's edge
+_PLEURAL_MIN_AIR_SHARE = 0.3  # share of thin air's surface next to air outside the mask
 _PLEURAL_EDGE_MM = 3.0  # "on the edge": this close to the outside of the lung mask
 _PLEURAL_GROW_MM = 4.5  # reach into the partial-volume rim of a pocket
 _PLEURAL_GROW_HU = -900.0  # the rim grown into: darker than any aerated lung
@@ -169,7 +170,57 @@ def _face_neighbour_of(mask: np.ndarray) -> np.ndarray:
     return out
 
 
-def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float]) -> np.ndarray:
+def _surface_share(labels: np.ndarray, n: int, near: np.ndarray) -> np.ndarray:
+    """Per label (0..n) the share of its surface voxels that lie in ``near``."""
+    surface = (labels > 0) & _face_neighbour_of(labels == 0)
+    return np.bincount(labels[surface & near], minlength=n + 1) / np.maximum(np.bincount(labels[surface], minlength=n + 1), 1)
+
+
+def _air_pockets(m: np.ndarray, air: np.ndarray, sp_zyx: tuple[float, ...], voxel_ml: float) -> np.ndarray:
+    """Rule 1 of :func:`pleural_air`: thick pockets (after an opening) on the mask's edge."""
+    ball = _ellipsoid(tuple(_PLEURAL_OPEN_MM / s for s in sp_zyx))
+    labels, n = ndimage.label(ndimage.binary_opening(air, ball), structure=_FULL)
+    if n == 0:
+        return np.zeros(m.shape, bool)
+    # each pocket back into the air the opening shaved off, then its share of surface on the edge
+    grown = ndimage.grey_dilation(labels, footprint=ball)
+    grown = np.where(labels > 0, labels, np.where(air, grown, 0))
+    del labels
+    # "on the edge": within reach of the mask's outside (the smoothing keeps air a voxel or two
+    # off a wall, so a pocket that fills the space up to the chest wall touches it only so)
+    outside = ndimage.binary_dilation(~m, _ellipsoid(tuple(_PLEURAL_EDGE_MM / s for s in sp_zyx)), border_value=0)
+    keep = (component_sizes(grown, n) * voxel_ml >= _PLEURAL_MIN_ML) & (_surface_share(grown, n, outside) >= _PLEURAL_MIN_EDGE)
+    keep[0] = False
+    return keep[grown]
+
+
+def _air_along_pleural_air(m: np.ndarray, air: np.ndarray, outside_air: np.ndarray, sp_zyx: tuple[float, ...],
+                           voxel_ml: float) -> np.ndarray:
+    """Rule 2 of :func:`pleural_air`: vessel-free air of the mask, however thin, whose surface
+    meets vessel-free air just outside the mask: the pneumothorax the network left out goes on
+    into it (typically a shell of a few mm around a collapsed lung). Emphysema and bullae
+    meet the chest wall or lung there, never air. The air outside must be one body of at least
+    :data:`_PLEURAL_MIN_ML`, and what is taken must add up to that much as well (a
+    pneumothorax, not a hole in a ragged mask or a stray voxel by a main bronchus)."""
+    # the pleural space the network left out: a large body of air (a hole in a ragged mask of
+    # emphysematous lung is small)
+    labels, n = ndimage.label(outside_air, structure=_FULL)
+    big = component_sizes(labels, n) * voxel_ml >= _PLEURAL_MIN_ML
+    big[0] = False
+    if not big.any():
+        return np.zeros(m.shape, bool)
+    outside_air = big[labels]
+    near = ndimage.binary_dilation(outside_air, _ellipsoid(tuple(_PLEURAL_EDGE_MM / s for s in sp_zyx)))
+    labels, n = ndimage.label(air, structure=_FULL)
+    keep = _surface_share(labels, n, near) >= _PLEURAL_MIN_AIR_SHARE
+    keep[0] = False
+    if component_sizes(labels, n)[keep].sum() * voxel_ml < _PLEURAL_MIN_ML:
+        return np.zeros(m.shape, bool)
+    return keep[labels]
+
+
+def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float],
+                valid: np.ndarray | None = None) -> np.ndarray:
     """Pockets of a ``(z, y, x)`` lung mask that are a pneumothorax: air outside the lung.
 
     A pocket is a connected region of vessel-free air (smoothed HU below
@@ -177,43 +228,31 @@ def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, floa
     :data:`_PLEURAL_MIN_ML` that lies on the mask's edge for at least :data:`_PLEURAL_MIN_EDGE`
     of its surface: its air goes on beyond the mask (the pleural space the network already left
     out) or meets the chest wall. Lung tissue is never that: emphysema and bullae hold vessels
-    or a wall and lie inside the lung, so their surface is inside the mask. Each pocket found is
-    grown by :data:`_PLEURAL_GROW_MM` into its partial-volume rim (below
-    :data:`_PLEURAL_GROW_HU`). Returns the mask of voxels to take out of the lung."""
+    or a wall and lie inside the lung, so their surface is inside the mask. Vessel-free air
+    of any thickness whose surface meets vessel-free air just outside the mask is a
+    pneumothorax too (:func:`_air_along_pleural_air`). Each pocket found is grown by :data:`_PLEURAL_GROW_MM` into its partial-volume rim (below
+    :data:`_PLEURAL_GROW_HU`). ``valid`` (same shape, optional) marks where air outside the
+    mask may count as pleural: inside the body and inside the scan (a grid that reaches past
+    the scan's end holds made-up air there). Returns the mask of voxels to take out of the lung."""
     lung = np.asarray(lung, bool)
     out = np.zeros(lung.shape, bool)
-    box = _bounding_box(lung, pad=1)
+    sp_zyx = tuple(float(s) for s in reversed(spacing_xyz))
+    # the box reaches far enough past the mask to see the air just outside it
+    box = _bounding_box(lung, pad=int(np.ceil(_PLEURAL_EDGE_MM / min(sp_zyx))) + 1)
     if box is None:
         return out
-    sp_zyx = tuple(float(s) for s in reversed(spacing_xyz))
     m = lung[box]
     smooth = ndimage.gaussian_filter(np.asarray(hu[box], np.float32), [_PLEURAL_SMOOTH_MM / s for s in sp_zyx], mode="nearest")
     air = m & (smooth < PLEURAL_AIR_HU)
     voxel_ml = float(np.prod(sp_zyx)) / 1000.0
     if np.count_nonzero(air) * voxel_ml < _PLEURAL_MIN_ML:  # the usual case: no pocket can be that large
         return out
-    core = ndimage.binary_opening(air, _ellipsoid(tuple(_PLEURAL_OPEN_MM / s for s in sp_zyx)))
-    labels, n = ndimage.label(core, structure=_FULL)
-    if n == 0:
+    outside_air = ~m & (smooth < PLEURAL_AIR_HU)
+    if valid is not None:
+        outside_air &= np.asarray(valid, bool)[box]
+    found = _air_pockets(m, air, sp_zyx, voxel_ml) | _air_along_pleural_air(m, air, outside_air, sp_zyx, voxel_ml)
+    if not found.any():
         return out
-    # each pocket back into the air the opening shaved off, then its share of surface on the edge
-    grown = ndimage.grey_dilation(labels, footprint=_ellipsoid(tuple(_PLEURAL_OPEN_MM / s for s in sp_zyx)))
-    grown = np.where(labels > 0, labels, np.where(air, grown, 0))
-    del labels, core
-    pocket = grown > 0
-    surface = pocket & _face_neighbour_of(~pocket)
-    # "on the edge": within reach of the mask's outside (the smoothing keeps air a voxel or two
-    # off a wall, so a pocket that fills the space up to the chest wall touches it only so)
-    outside = ndimage.binary_dilation(~m, _ellipsoid(tuple(_PLEURAL_EDGE_MM / s for s in sp_zyx)), border_value=0)
-    on_edge = surface & outside
-    volume = component_sizes(grown, n) * voxel_ml
-    share = np.bincount(grown[on_edge], minlength=n + 1) / np.maximum(np.bincount(grown[surface], minlength=n + 1), 1)
-    keep = (volume >= _PLEURAL_MIN_ML) & (share >= _PLEURAL_MIN_EDGE)
-    keep[0] = False
-    if not keep.any():
-        return out
-    found = keep[grown]
-    del grown
     steps = max(1, int(round(_PLEURAL_GROW_MM / min(sp_zyx))))
     found = ndimage.binary_dilation(found, structure=_FULL, iterations=steps, mask=m & (smooth < _PLEURAL_GROW_HU))
     # what is left of the mask next to a pocket only as a thin shell (the partial-volume rim
@@ -221,8 +260,25 @@ def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, floa
     rest = m & ~found
     near = ndimage.binary_dilation(found, structure=_FULL, iterations=steps)
     found |= near & rest & ~ndimage.binary_opening(rest, structure=_FULL)
-    out[box] = found
+    out[box] = found | _air_side_of_edge(m & ~found, found, hu[box], sp_zyx)
     return out
+
+
+def _air_side_of_edge(rest: np.ndarray, found: np.ndarray, hu: np.ndarray, sp_zyx: tuple[float, ...]) -> np.ndarray:
+    """The voxels of ``rest`` (the lung kept) next to the pleural air ``found`` that are more
+    air than lung: lightly smoothed HU below the midpoint between air (-1000) and the lung a
+    few mm deeper (dense collapsed lung at -400 puts it at -700, aerated lung at -870 at
+    -935). Two voxel layers at most."""
+    sigma = [_PLEURAL_SMOOTH_MM / s for s in sp_zyx]
+    deep = ndimage.binary_erosion(rest, _ellipsoid(tuple(2.0 / s for s in sp_zyx)))
+    if not deep.any():
+        return np.zeros(rest.shape, bool)
+    hu = np.asarray(hu, np.float32)
+    level = ndimage.gaussian_filter(np.where(deep, hu, 0).astype(np.float32), [3 * s for s in sigma], mode="constant")
+    level /= np.maximum(ndimage.gaussian_filter(deep.astype(np.float32), [3 * s for s in sigma], mode="constant"), 1e-3)
+    light = ndimage.gaussian_filter(hu, [0.5 * s for s in sigma], mode="nearest")
+    airy = rest & (light < (level - 1000.0) / 2)
+    return ndimage.binary_dilation(found, structure=_FULL, iterations=2, mask=airy) & ~found
 
 
 def clear_fat(label: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float]) -> int:

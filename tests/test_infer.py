@@ -472,6 +472,18 @@ def test_coarse_body_lookup_on_a_fine_grid_is_nearest_neighbour_resampling() -> 
     )).astype(bool)
     assert got.shape == ref.shape and inside.mean() > 0.5
     np.testing.assert_array_equal(got[inside], ref[inside].astype(bool))
+    # _in_scan: "where the fine grid lies in the coarse one" without resampling, also for a grid
+    # that reaches past the coarse one on three sides
+    past = sitk.Image([41, 37, 29], sitk.sitkUInt8)
+    past.SetSpacing((1.5, 1.5, 1.5))
+    past.SetOrigin((-61.3, 20.6, 151.1))
+    within = sitk.GetArrayFromImage(spatial.resample_to_reference(
+        spatial.copy_geometry(np.ones((17, 19, 23), np.uint8), coarse), past,
+        interpolator=sitk.sitkNearestNeighbor, default_value=0, output_pixel_type=sitk.sitkUInt8,
+    )).astype(bool)
+    assert 0.1 < within.mean() < 0.9
+    for grid, expected in ((fine, inside), (past, within)):
+        np.testing.assert_array_equal(infer._in_scan(spatial.Geometry.of(grid), spatial.Geometry.of(coarse)), expected)
 
 
 def test_any_lung_is_argmax_not_background() -> None:

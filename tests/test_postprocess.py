@@ -435,6 +435,31 @@ def test_pleural_air_leaves_lung_with_a_bulla_alone() -> None:
         assert not pleural_air(cavity, hu, (spacing,) * 3).any()
 
 
+def test_pleural_air_takes_a_thin_shell_of_pneumothorax_around_a_collapsed_lung() -> None:
+    """A collapsed lung (-450 HU sphere) in a pneumothorax: the network's mask reaches 4 mm into
+    the air all round (too thin for a pocket). The shell goes, on the lung's own edge (the
+    midpoint between air and lung), because the air goes on outside the mask; air outside the
+    mask that is not valid (past the scan's end) does not count."""
+    from segpipe.postprocess import pleural_air
+
+    rng = np.random.default_rng(3)
+    n = 90
+    d = np.sqrt(((np.indices((n, n, n)) + 0.5 - n / 2) ** 2).sum(0)).astype(np.float32)  # 1 mm voxels
+    lung = d < 20.0
+    cavity = d < 40.0
+    hu = np.where(cavity, -1000.0, 40.0).astype(np.float32)
+    hu[lung] = -450.0
+    hu += rng.normal(0, 15, hu.shape).astype(np.float32)
+    mask = d < 24.0
+    found = pleural_air(mask, hu, (1.0, 1.0, 1.0))
+    shell = mask & ~lung
+    assert (found & shell).sum() >= 0.9 * shell.sum()
+    assert (found & lung).sum() <= 0.01 * lung.sum()
+    kept = mask & ~found
+    assert 2 * (kept & lung).sum() / (kept.sum() + lung.sum()) > 0.99
+    assert not pleural_air(mask, hu, (1.0, 1.0, 1.0), valid=np.zeros_like(mask)).any()
+
+
 @pytest.mark.parametrize("dtype", [np.uint16, np.int32])
 def test_component_sizes_count_like_bincount(dtype: type) -> None:
     from segpipe.postprocess import component_sizes
