@@ -295,12 +295,12 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
     What tells it apart from a pleural effusion (fluid outside the lung, dependent, 0-20 HU,
     meniscus-shaped with compressed lung above it), as in real scans:
 
-    - *lobar/segmental* regions (half of them) end on a fissure: a plane through the hilum
-      (oblique fissure ~35-60 degrees from the axial plane; the right horizontal fissure at the
-      hilum's height), the rest of their edge lobulated; *patchy* ones (bronchopneumonia) are
-      unions of ellipsoids in the dependent lung;
-    - denser than fluid: 15-50 HU, 10-30 HU more on contrast scans, where the vessels inside
-      still enhance (the CT angiogram sign);
+    - *lobar/segmental* regions (half of them, 30-60 mm lobules) end on a fissure: a plane
+      through the hilum (oblique fissure ~35-60 degrees from the axial plane; the right
+      horizontal fissure at the hilum's height), the rest of their edge lobulated; *patchy*
+      ones (bronchopneumonia) are unions of ellipsoids in the dependent lung;
+    - denser than fluid, less dense than liver and spleen: 15-40 HU, 10-25 HU more on
+      contrast scans, where the vessels inside still enhance (the CT angiogram sign);
     - air bronchograms: air-filled bronchi of 0.7-2 mm (beside the arteries, as the larger
       bronchi) crossing the region, in most (85 %) of them.
     """
@@ -334,15 +334,14 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
             cand = inner[(inner[:, 1] > np.percentile(inner[:, 1], 55)) & (inner[:, 2] < np.percentile(inner[:, 2], 50))]
             cand = cand if len(cand) else inner
         c = cand[rng.integers(len(cand))]
-        whole = lobar and rng.random() < 0.3
-        r_lo, r_hi = ((70, 120) if whole else (30, 70)) if lobar else (18, 40)
+        r_lo, r_hi = (30, 60) if lobar else (18, 40)
         parts = [Ellipsoid(c + rng.normal(0, r_lo * 0.5 * S, 3) * (i > 0), rng.uniform(r_lo, r_hi, 3) * S)
                  for i in range(int(rng.integers(2, 5)))]
         region: Shape = Union(*parts)
         if planes:
             region = Intersect(region, *planes)
         lo, hi = region.lo, region.hi
-        hu = float(rng.uniform(15, 50)) + (float(rng.uniform(10, 30)) if b.contrast else 0.0)
+        hu = float(rng.uniform(15, 40)) + (float(rng.uniform(10, 25)) if b.contrast else 0.0)
         items.append(Item("consolidation", region, SmoothField(rng, lo, hi, 6, 12, hu), "in_lung", T["consolidation"]))
         segs = [s for s in arteries[side]
                 if np.all(np.minimum(s[0], s[1]) < hi) and np.all(np.maximum(s[0], s[1]) > lo)]
