@@ -230,8 +230,9 @@ def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, floa
     out) or meets the chest wall. Lung tissue is never that: emphysema and bullae hold vessels
     or a wall and lie inside the lung, so their surface is inside the mask. Vessel-free air
     of any thickness whose surface meets vessel-free air just outside the mask is a
-    pneumothorax too (:func:`_air_along_pleural_air`). Each pocket found is grown by :data:`_PLEURAL_GROW_MM` into its partial-volume rim (below
-    :data:`_PLEURAL_GROW_HU`). ``valid`` (same shape, optional) marks where air outside the
+    pneumothorax too (:func:`_air_along_pleural_air`). Each pocket found is grown by
+    :data:`_PLEURAL_GROW_MM` into its partial-volume rim (below :data:`_PLEURAL_GROW_HU`), then
+    cut on the lung's own edge (:func:`_air_side_of_edge`). ``valid`` (same shape, optional) marks where air outside the
     mask may count as pleural: inside the body and inside the scan (a grid that reaches past
     the scan's end holds made-up air there). Returns the mask of voxels to take out of the lung."""
     lung = np.asarray(lung, bool)

@@ -269,17 +269,10 @@ def _nodules(pts_by_side, rng, items: list[Item]) -> list[dict]:
     return found
 
 
-def _blobs(pts_by_side, rng, S: float, items: list[Item], name: str, radius: tuple, hu: tuple, alpha: float,
-           dependent: bool = False) -> list[dict]:
+def _blobs(pts_by_side, rng, S: float, items: list[Item], name: str, radius: tuple, hu: tuple, alpha: float) -> list[dict]:
     found = []
     for _ in range(int(rng.integers(1, 3))):
         side, c = _pick(pts_by_side, rng)
-        if dependent:  # gravity: posterior and lower lung
-            pts, occ = pts_by_side[side]
-            cand = pts[(occ > 0.99) & (pts[:, 1] > np.percentile(pts[occ > 0.99, 1], 55))
-                       & (pts[:, 2] < np.percentile(pts[occ > 0.99, 2], 50))]
-            if len(cand):
-                c = cand[rng.integers(len(cand))]
         parts = [Ellipsoid(c + rng.normal(0, radius[0] * 0.6, 3) * (i > 0), rng.uniform(*radius, 3) * S)
                  for i in range(int(rng.integers(2, 5)))]
         lo, hi = np.min([p.lo for p in parts], axis=0), np.max([p.hi for p in parts], axis=0)
@@ -304,7 +297,7 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
     - air bronchograms: air-filled bronchi of 0.7-2 mm (beside the arteries, as the larger
       bronchi) crossing the region, in most (85 %) of them.
     """
-    L, S = b.L, b.S
+    S = b.S
     found = []
     for _ in range(int(rng.integers(1, 3))):
         side = "right" if rng.random() < 0.5 else "left"
@@ -312,7 +305,7 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
         inner = pts[occ > 0.99]
         hil = b.hilum[f"{side}_artery"]
         lobar = rng.random() < 0.5
-        planes: list[Shape] = []
+        planes: list[HalfSpace] = []
         if lobar:
             lobe = str(rng.choice(["lower", "upper", "middle"], p=[0.6, 0.25, 0.15]))
             t = np.tan(np.radians(rng.uniform(35, 60)))
