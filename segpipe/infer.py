@@ -152,15 +152,18 @@ def channel_probability_(logits: Any, channel: int) -> Any:
     return total.add_(1.0).reciprocal_()
 
 
+def _positions_in(grid: spatial.Geometry, ref: spatial.Geometry) -> list[np.ndarray]:
+    """Per axis (x, y, z), the continuous index in ``ref`` of each voxel centre of ``grid``
+    (both in the same, canonical, directions)."""
+    direction = np.asarray(ref.GetDirection()).reshape(3, 3)
+    shift = direction.T @ (np.asarray(grid.GetOrigin()) - np.asarray(ref.GetOrigin()))
+    return [(shift[a] + np.arange(grid.GetSize()[a]) * grid.GetSpacing()[a]) / ref.GetSpacing()[a] for a in range(3)]
+
+
 def _in_scan(grid: spatial.Geometry, scan: spatial.Geometry) -> np.ndarray:
     """``(z, y, x)`` mask of the voxels of ``grid`` that lie inside ``scan`` (same directions):
     a fine grid reaching past the scan's end is filled with made-up air there."""
-    direction = np.asarray(scan.GetDirection()).reshape(3, 3)
-    shift = direction.T @ (np.asarray(grid.GetOrigin()) - np.asarray(scan.GetOrigin()))
-    axes = []
-    for a in range(3):
-        pos = (shift[a] + np.arange(grid.GetSize()[a]) * grid.GetSpacing()[a]) / scan.GetSpacing()[a]
-        axes.append((pos >= -0.5) & (pos <= scan.GetSize()[a] - 0.5))
+    axes = [(pos >= -0.5) & (pos <= scan.GetSize()[a] - 0.5) for a, pos in enumerate(_positions_in(grid, scan))]
     return axes[2][:, None, None] & axes[1][None, :, None] & axes[0][None, None, :]
 
 
@@ -682,12 +685,7 @@ class LungSegmenter:
         """The coarse stage's body mask less its airways, looked up (nearest voxel) on ``grid``
         (canonical directions, as the coarse grid), as a ``(z, y, x)`` array."""
         coarse = self._coarse_geometry
-        direction = np.asarray(coarse.direction).reshape(3, 3)
-        shift = direction.T @ (np.asarray(grid.origin) - np.asarray(coarse.origin))
-        index = [
-            np.clip(np.round((shift[a] + np.arange(grid.size[a]) * grid.spacing[a]) / coarse.spacing[a]).astype(int), 0, coarse.size[a] - 1)
-            for a in range(3)
-        ]
+        index = [np.clip(np.round(pos).astype(int), 0, coarse.size[a] - 1) for a, pos in enumerate(_positions_in(grid, coarse))]
         inside = self._coarse_body & ~self._coarse_airways
         return inside[np.ix_(index[2], index[1], index[0])]
 
