@@ -346,6 +346,9 @@ class StageConfig:
         steps_per_epoch: optimiser updates per epoch.
         lr: peak learning rate.
         fg_fraction: share of patches centred on lung (foreground oversampling).
+        dense_fraction: share of those lung-centred patches centred on dense lung
+            (consolidation, collapse: lung denser than -300 HU over ~1 cm) where a volume has
+            some; 0 leaves the pick uniform over lung voxels.
         spacing_jitter: multi-scale training: each patch is resampled by a random factor in
             ``[1 - jitter, 1 + jitter]`` (0 turns it off).
         overlap: sliding-window overlap for validation and inference.
@@ -361,6 +364,7 @@ class StageConfig:
     steps_per_epoch: int = 100
     lr: float = 2e-3
     fg_fraction: float = 0.5
+    dense_fraction: float = 0.0
     spacing_jitter: float = 0.0
     overlap: float = 0.25
     val_every: int = 1
@@ -379,8 +383,9 @@ class StageConfig:
                 raise ConfigError(f"{name}: expected >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ConfigError(f"lr: expected > 0, got {self.lr}")
-        if not 0.0 <= self.fg_fraction <= 1.0:
-            raise ConfigError(f"fg_fraction: expected 0..1, got {self.fg_fraction}")
+        for name in ("fg_fraction", "dense_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name}: expected 0..1, got {getattr(self, name)}")
         if not 0.0 <= self.spacing_jitter < 0.5:
             raise ConfigError(f"spacing_jitter: expected 0 <= jitter < 0.5, got {self.spacing_jitter}")
         if not 0.0 <= self.overlap < 1.0:

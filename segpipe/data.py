@@ -420,6 +420,31 @@ def foreground_points(label_zyx: np.ndarray, max_points: int = 20000, seed: int 
     return points.astype(np.int32)
 
 
+def dense_lung_points(
+    image_zyx: np.ndarray, label_zyx: np.ndarray, min_hu: float = -300.0, max_points: int = 20000, seed: int = 0
+) -> np.ndarray:
+    """Up to ``max_points`` positions (N, 3) in ``(z, y, x)`` inside *dense lung*: lung voxels
+    whose ~7-voxel neighbourhood is at least 90 % denser than ``min_hu`` (consolidation,
+    collapse, atelectasis, masses). The neighbourhood test leaves out vessels and airway walls,
+    which are dense but thin. Empty where a volume has no such region.
+
+    These are the rare voxels where a lung is easiest to get wrong; a uniform pick among lung
+    voxels almost never lands on them, so :class:`PatchDataset` can centre a share of its lung
+    patches here (``dense_fraction``).
+    """
+    from scipy import ndimage as ndi
+
+    lung = np.asarray(label_zyx) > 0
+    if not lung.any():
+        return np.zeros((0, 3), np.int32)
+    dense = ndi.uniform_filter((np.asarray(image_zyx) > min_hu).astype(np.float32), size=7, mode="constant")
+    points = np.argwhere(lung & (dense >= 0.9))
+    if len(points) > max_points:
+        rng = np.random.default_rng(seed)
+        points = points[np.sort(rng.choice(len(points), max_points, replace=False))]
+    return points.astype(np.int32)
+
+
 def sample_patch_center(
     shape_zyx: tuple[int, int, int],
     size_zyx: tuple[int, int, int],
@@ -462,7 +487,8 @@ class PatchDataset:
 
     Each item is a dict with ``image`` (1, Z, Y, X) float32 normalised and ``label``
     (Z, Y, X) int64. A share ``fg_fraction`` of patches is centred on a lung voxel; the rest is
-    uniform. With ``spacing_jitter`` > 0 the patch is cut from a region ``factor`` times larger
+    uniform. Of the lung-centred ones, a share ``dense_fraction`` is centred on dense lung
+    (:func:`dense_lung_points`) in the volumes that have some. With ``spacing_jitter`` > 0 the patch is cut from a region ``factor`` times larger
     (or smaller) and resized: multi-scale training. Augmentation (see
     :class:`segpipe.config.AugmentConfig`) never swaps sides without swapping labels.
 
@@ -472,6 +498,7 @@ class PatchDataset:
         length: items per epoch (``steps * batch * accumulation``).
         window_hu: intensity window for :func:`normalise_hu`.
         fg_fraction: share of lung-centred patches.
+        dense_fraction: share of the lung-centred patches centred on dense lung (0: none).
         augment: augmentation settings, or ``None`` for none (validation).
         spacing_jitter: multi-scale factor range, 0 for none.
         seed: base seed.
@@ -487,6 +514,7 @@ class PatchDataset:
         augment: object | None = None,
         spacing_jitter: float = 0.0,
         seed: int = 0,
+        dense_fraction: float = 0.0,
     ) -> None:
         if not volumes:
             raise DatasetError("no training volumes to sample patches from")
@@ -495,11 +523,13 @@ class PatchDataset:
         self.length = int(length)
         self.window_hu = window_hu
         self.fg_fraction = fg_fraction
+        self.dense_fraction = dense_fraction
         self.augment = augment
         self.spacing_jitter = spacing_jitter
         self.seed = seed
         self.epoch = 0
         self._fg: dict[int, np.ndarray] = {}
+        self._dense: dict[int, np.ndarray] = {}
 
     def set_epoch(self, epoch: int) -> None:
         """Patches depend on the epoch (call before each epoch, in every worker's copy)."""
@@ -514,6 +544,12 @@ class PatchDataset:
             self._fg[i] = foreground_points(label, seed=self.seed + i)
         return self._fg[i]
 
+    def _dense_points(self, i: int) -> np.ndarray:
+        if i not in self._dense:
+            image, label = self.volumes[i].load()
+            self._dense[i] = dense_lung_points(image, label, seed=self.seed + i)
+        return self._dense[i]
+
     def __getitem__(self, index: int) -> dict:
         import torch
 
@@ -525,7 +561,11 @@ class PatchDataset:
             factor = float(rng.uniform(1 - self.spacing_jitter, 1 + self.spacing_jitter))
         region = tuple(max(2, int(round(p * factor))) for p in self.patch_zyx)
         fg = rng.random() < self.fg_fraction
-        center = sample_patch_center(image.shape, region, self._fg_points(vi), fg, rng)  # type: ignore[arg-type]
+        points = self._fg_points(vi)
+        if fg and self.dense_fraction > 0 and rng.random() < self.dense_fraction:  # no draw when off
+            dense = self._dense_points(vi)
+            points = dense if len(dense) else points
+        center = sample_patch_center(image.shape, region, points, fg, rng)  # type: ignore[arg-type]
         img = extract_patch(image, center, region, pad_value=-1024).astype(np.float32)  # type: ignore[arg-type]
         lbl = extract_patch(label, center, region, pad_value=0)  # type: ignore[arg-type]
         if region != self.patch_zyx:

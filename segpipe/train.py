@@ -373,6 +373,7 @@ def train_stage(
     dataset = data_mod.PatchDataset(
         train_vols, stage.patch_xyz, items, cfg.intensity.window_hu, stage.fg_fraction,
         augment=cfg.augment, spacing_jitter=stage.spacing_jitter, seed=cfg.seed + (0 if stage_name == "coarse" else 7919),
+        dense_fraction=stage.dense_fraction,
     )
     sampler = EpochShardSampler(items, dist_info.rank, dist_info.world)
     workers = cfg.data.num_workers

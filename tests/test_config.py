@@ -32,6 +32,7 @@ def test_defaults_round_trip_through_dict() -> None:
         ({"spacing": {"coarse_size_xyz": [64, 64, 64]}}, "spacing.coarse_size_xyz: the fixed-size coarse mode"),
         ({"data": {"phantom_pathology": {"emphysma": 0.5}}}, "unknown config key data.phantom_pathology.emphysma"),
         ({"data": {"phantom_pathology": {"collapse": 1.5}}}, "data.phantom_pathology.collapse: expected a probability"),
+        ({"fine": {"dense_fraction": 1.5}}, "fine.dense_fraction: expected 0..1, got 1.5"),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:

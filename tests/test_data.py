@@ -196,6 +196,50 @@ def test_foreground_share_of_sampled_patches() -> None:
     assert abs(hits / n - share) < 0.06
 
 
+def _dense_lung_volume() -> tuple[np.ndarray, np.ndarray]:
+    """A lung (-850 HU) holding a 12-voxel consolidation (40 HU) and a 2-voxel vessel (40 HU),
+    beside chest wall (40 HU, not lung)."""
+    image = np.full((40, 48, 48), 40, np.int16)
+    label = np.zeros(image.shape, np.uint8)
+    image[4:36, 4:44, 4:40] = -850
+    label[4:36, 4:44, 4:40] = 1
+    image[8:20, 8:20, 8:20] = 40  # consolidation: dense lung
+    image[4:36, 30:32, 30:32] = 40  # vessel: dense but thin
+    return image, label
+
+
+def test_dense_lung_points_find_consolidation_not_vessels_or_wall() -> None:
+    image, label = _dense_lung_volume()
+    points = data.dense_lung_points(image, label)
+    assert len(points) > 100
+    z, y, x = points.T
+    # every point lies in the consolidation block (its rim of 3 voxels is only partly dense)
+    assert z.min() >= 8 and z.max() < 20 and y.min() >= 8 and y.max() < 20 and x.min() >= 8 and x.max() < 20
+    assert label[tuple(points.T)].all()
+    capped = data.dense_lung_points(image, label, max_points=50, seed=3)
+    assert len(capped) == 50 and set(map(tuple, capped)) <= set(map(tuple, points))
+    image[8:20, 8:20, 8:20] = -850  # the consolidation gone: nothing dense left but the vessel
+    assert len(data.dense_lung_points(image, label)) == 0
+    assert len(data.dense_lung_points(image, np.zeros_like(label))) == 0
+
+
+def test_dense_fraction_centres_patches_on_dense_lung(tmp_path: Path) -> None:
+    """With dense_fraction 1 every lung-centred patch sits on the consolidation; with 0 a
+    uniform lung pick almost never does (the block is 2 % of the lung)."""
+    image, label = _dense_lung_volume()
+    np.save(tmp_path / "i.npy", image)
+    np.save(tmp_path / "l.npy", label)
+    vol = data.CachedVolume(tmp_path / "i.npy", tmp_path / "l.npy", image.shape, (1.5, 1.5, 1.5), (0.0, 0.0, 0.0))
+    window = (-1000.0, 400.0)
+    centre_hu = {}
+    for dense in (0.0, 1.0):
+        ds = data.PatchDataset([vol], (8, 8, 8), 60, window, fg_fraction=1.0, dense_fraction=dense, seed=1)
+        values = [float(ds[i]["image"][0, 4, 4, 4]) for i in range(len(ds))]
+        centre_hu[dense] = np.mean(np.asarray(values) > data.normalise_hu(np.array(-300.0), window))
+    assert centre_hu[1.0] == 1.0
+    assert centre_hu[0.0] < 0.2
+
+
 def test_left_right_mirror_swaps_labels() -> None:
     image = np.zeros((2, 3, 10), np.int16)
     label = np.zeros((2, 3, 10), np.uint8)

@@ -291,7 +291,10 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
     - *lobar/segmental* regions (half of them, 30-60 mm lobules) end on a fissure: a plane
       through the hilum (oblique fissure ~35-60 degrees from the axial plane; the right
       horizontal fissure at the hilum's height), the rest of their edge lobulated; *patchy*
-      ones (bronchopneumonia) are unions of ellipsoids in the dependent lung;
+      ones (bronchopneumonia) are clusters of 5-10 lobule-sized foci (10-26 mm) in the
+      dependent lung, with an irregular outline;
+    - most (80 %) fade into the aerated lung through a 4-10 mm ground-glass rim (-650..-350 HU,
+      partly transparent: partly filled alveoli), except along a fissure, which stays sharp;
     - denser than fluid, less dense than liver and spleen: 15-40 HU, 10-25 HU more on
       contrast scans, where the vessels inside still enhance (the CT angiogram sign);
     - air bronchograms: air-filled bronchi of 0.7-2 mm (beside the arteries, as the larger
@@ -327,12 +330,21 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
             cand = inner[(inner[:, 1] > np.percentile(inner[:, 1], 55)) & (inner[:, 2] < np.percentile(inner[:, 2], 50))]
             cand = cand if len(cand) else inner
         c = cand[rng.integers(len(cand))]
-        r_lo, r_hi = (30, 60) if lobar else (18, 40)
-        parts = [Ellipsoid(c + rng.normal(0, r_lo * 0.5 * S, 3) * (i > 0), rng.uniform(r_lo, r_hi, 3) * S)
-                 for i in range(int(rng.integers(2, 5)))]
-        region: Shape = Union(*parts)
-        if planes:
-            region = Intersect(region, *planes)
+        if lobar:
+            parts = [Ellipsoid(c + rng.normal(0, 15 * S, 3) * (i > 0), rng.uniform(30, 60, 3) * S)
+                     for i in range(int(rng.integers(2, 5)))]
+        else:  # a cluster of lobule-sized foci: an irregular, lobulated outline
+            parts = [Ellipsoid(c + rng.normal(0, 16 * S, 3) * (i > 0), rng.uniform(10, 26, 3) * S)
+                     for i in range(int(rng.integers(5, 11)))]
+        region: Shape = Intersect(Union(*parts), *planes) if planes else Union(*parts)
+        margin = rng.random() < 0.8
+        if margin:  # partly filled alveoli around it: a ground-glass rim (the fissure stays sharp)
+            grow = float(rng.uniform(4, 10) * S)
+            rim = Union(*(Ellipsoid(q.c, q.r + grow) for q in parts))
+            rim_shape: Shape = Intersect(rim, *planes) if planes else rim
+            items.append(Item("consolidation_margin", rim_shape,
+                              SmoothField(rng, rim_shape.lo, rim_shape.hi, 5, 60, rng.uniform(-650, -350)), "in_lung",
+                              T["ground_glass"], float(rng.uniform(0.5, 0.9))))
         lo, hi = region.lo, region.hi
         hu = float(rng.uniform(15, 40)) + (float(rng.uniform(10, 25)) if b.contrast else 0.0)
         items.append(Item("consolidation", region, SmoothField(rng, lo, hi, 6, 12, hu), "in_lung", T["consolidation"]))
@@ -347,6 +359,7 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
             items.append(Item("air_bronchogram", Intersect(CapsuleSet.from_capsules(caps), region),
                               float(rng.uniform(-1000, -900)), "in_lung", T["bronchus"]))
         found.append({"centre_mm": c.tolist(), "side": side, "lobe": lobe, "hu": hu, "air_bronchogram": bronchogram,
+                      "margin": margin,
                       "fissures": [{"point_mm": pl.p.tolist(), "normal": pl.n.tolist()} for pl in planes]})
     return found
 
