@@ -420,6 +420,11 @@ def foreground_points(label_zyx: np.ndarray, max_points: int = 20000, seed: int 
     return points.astype(np.int32)
 
 
+#: Dense lung below this volume (mL) in a training volume is hilar vessels or a nodule, not a
+#: region worth oversampling (:class:`PatchDataset`'s ``dense_fraction``).
+DENSE_MIN_ML = 5.0
+
+
 def dense_lung_points(
     image_zyx: np.ndarray, label_zyx: np.ndarray, min_hu: float = -300.0, max_points: int = 20000, seed: int = 0
 ) -> np.ndarray:
@@ -488,7 +493,7 @@ class PatchDataset:
     Each item is a dict with ``image`` (1, Z, Y, X) float32 normalised and ``label``
     (Z, Y, X) int64. A share ``fg_fraction`` of patches is centred on a lung voxel; the rest is
     uniform. Of the lung-centred ones, a share ``dense_fraction`` is centred on dense lung
-    (:func:`dense_lung_points`) in the volumes that have some. With ``spacing_jitter`` > 0 the patch is cut from a region ``factor`` times larger
+    (:func:`dense_lung_points`) in the volumes that have at least :data:`DENSE_MIN_ML` of it. With ``spacing_jitter`` > 0 the patch is cut from a region ``factor`` times larger
     (or smaller) and resized: multi-scale training. Augmentation (see
     :class:`segpipe.config.AugmentConfig`) never swaps sides without swapping labels.
 
@@ -547,7 +552,13 @@ class PatchDataset:
     def _dense_points(self, i: int) -> np.ndarray:
         if i not in self._dense:
             image, label = self.volumes[i].load()
-            self._dense[i] = dense_lung_points(image, label, seed=self.seed + i)
+            points = dense_lung_points(image, label, seed=self.seed + i, max_points=2**31)
+            voxel_ml = float(np.prod(self.volumes[i].spacing_xyz)) / 1000.0
+            if len(points) * voxel_ml < DENSE_MIN_ML:  # a few thick vessels or a nodule: not a region
+                points = points[:0]
+            elif len(points) > 20000:
+                points = points[np.sort(np.random.default_rng(self.seed + i).choice(len(points), 20000, replace=False))]
+            self._dense[i] = points
         return self._dense[i]
 
     def __getitem__(self, index: int) -> dict:
