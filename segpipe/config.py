@@ -346,9 +346,11 @@ class StageConfig:
         steps_per_epoch: optimiser updates per epoch.
         lr: peak learning rate.
         fg_fraction: share of patches centred on lung (foreground oversampling).
-        dense_fraction: share of those lung-centred patches centred on dense lung
-            (consolidation, collapse: lung denser than -300 HU over ~1 cm) where a volume has
-            some; 0 leaves the pick uniform over lung voxels.
+        dense_fraction: share of those lung-centred patches centred on dense tissue (denser
+            than -300 HU over ~1 cm, at least 5 mL): half on dense lung (consolidation,
+            collapse), half on the dense non-lung within 7 voxels of the lung (chest wall,
+            liver dome, effusion), so that "dense = lung" is not what is learnt; 0 leaves the
+            pick uniform over lung voxels.
         spacing_jitter: multi-scale training: each patch is resampled by a random factor in
             ``[1 - jitter, 1 + jitter]`` (0 turns it off).
         overlap: sliding-window overlap for validation and inference.

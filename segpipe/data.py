@@ -420,22 +420,25 @@ def foreground_points(label_zyx: np.ndarray, max_points: int = 20000, seed: int 
     return points.astype(np.int32)
 
 
-#: Dense lung below this volume (mL) in a training volume is hilar vessels or a nodule, not a
+#: Dense tissue below this volume (mL) in a training volume (hilar vessels, a nodule) is not a
 #: region worth oversampling (:class:`PatchDataset`'s ``dense_fraction``).
 DENSE_MIN_ML = 5.0
 
 
 def dense_lung_points(
-    image_zyx: np.ndarray, label_zyx: np.ndarray, min_hu: float = -300.0, max_points: int = 20000, seed: int = 0
+    image_zyx: np.ndarray, label_zyx: np.ndarray, min_hu: float = -300.0, max_points: int = 20000, seed: int = 0,
+    beside: bool = False,
 ) -> np.ndarray:
     """Up to ``max_points`` positions (N, 3) in ``(z, y, x)`` inside *dense lung*: lung voxels
     whose ~7-voxel neighbourhood is at least 90 % denser than ``min_hu`` (consolidation,
     collapse, atelectasis, masses). The neighbourhood test leaves out vessels and airway walls,
-    which are dense but thin. Empty where a volume has no such region.
+    which are dense but thin. Empty where a volume has no such region. With ``beside``, the
+    dense tissue that is *not* lung within 7 voxels of it instead (chest wall, heart, liver
+    dome, effusion): the negatives that look the same.
 
     These are the rare voxels where a lung is easiest to get wrong; a uniform pick among lung
     voxels almost never lands on them, so :class:`PatchDataset` can centre a share of its lung
-    patches here (``dense_fraction``).
+    patches on both kinds (``dense_fraction``).
     """
     from scipy import ndimage as ndi
 
@@ -443,7 +446,11 @@ def dense_lung_points(
     if not lung.any():
         return np.zeros((0, 3), np.int32)
     dense = ndi.uniform_filter((np.asarray(image_zyx) > min_hu).astype(np.float32), size=7, mode="constant")
-    points = np.argwhere(lung & (dense >= 0.9))
+    if beside:
+        near = ndi.uniform_filter(lung.astype(np.float32), size=15, mode="constant") > 0
+        points = np.argwhere(~lung & near & (dense >= 0.9))
+    else:
+        points = np.argwhere(lung & (dense >= 0.9))
     if len(points) > max_points:
         rng = np.random.default_rng(seed)
         points = points[np.sort(rng.choice(len(points), max_points, replace=False))]
@@ -492,8 +499,11 @@ class PatchDataset:
 
     Each item is a dict with ``image`` (1, Z, Y, X) float32 normalised and ``label``
     (Z, Y, X) int64. A share ``fg_fraction`` of patches is centred on a lung voxel; the rest is
-    uniform. Of the lung-centred ones, a share ``dense_fraction`` is centred on dense lung
-    (:func:`dense_lung_points`) in the volumes that have at least :data:`DENSE_MIN_ML` of it. With ``spacing_jitter`` > 0 the patch is cut from a region ``factor`` times larger
+    uniform. Of the lung-centred ones, a share ``dense_fraction`` is centred on dense tissue
+    (:func:`dense_lung_points`), half on dense lung and half on the dense non-lung beside it,
+    each where a volume has at least :data:`DENSE_MIN_ML` of it: learning only the first
+    teaches "dense = lung" (liver and chest wall taken in). With ``spacing_jitter`` > 0 the
+    patch is cut from a region ``factor`` times larger
     (or smaller) and resized: multi-scale training. Augmentation (see
     :class:`segpipe.config.AugmentConfig`) never swaps sides without swapping labels.
 
@@ -503,7 +513,8 @@ class PatchDataset:
         length: items per epoch (``steps * batch * accumulation``).
         window_hu: intensity window for :func:`normalise_hu`.
         fg_fraction: share of lung-centred patches.
-        dense_fraction: share of the lung-centred patches centred on dense lung (0: none).
+        dense_fraction: share of the lung-centred patches centred on dense tissue, half in
+            the lung and half beside it (0: none).
         augment: augmentation settings, or ``None`` for none (validation).
         spacing_jitter: multi-scale factor range, 0 for none.
         seed: base seed.
@@ -534,7 +545,7 @@ class PatchDataset:
         self.seed = seed
         self.epoch = 0
         self._fg: dict[int, np.ndarray] = {}
-        self._dense: dict[int, np.ndarray] = {}
+        self._dense: dict[tuple[int, bool], np.ndarray] = {}
 
     def set_epoch(self, epoch: int) -> None:
         """Patches depend on the epoch (call before each epoch, in every worker's copy)."""
@@ -549,17 +560,18 @@ class PatchDataset:
             self._fg[i] = foreground_points(label, seed=self.seed + i)
         return self._fg[i]
 
-    def _dense_points(self, i: int) -> np.ndarray:
-        if i not in self._dense:
+    def _dense_points(self, i: int, beside: bool = False) -> np.ndarray:
+        key = (i, beside)
+        if key not in self._dense:
             image, label = self.volumes[i].load()
-            points = dense_lung_points(image, label, seed=self.seed + i, max_points=2**31)
+            points = dense_lung_points(image, label, seed=self.seed + i, max_points=2**31, beside=beside)
             voxel_ml = float(np.prod(self.volumes[i].spacing_xyz)) / 1000.0
             if len(points) * voxel_ml < DENSE_MIN_ML:  # a few thick vessels or a nodule: not a region
                 points = points[:0]
             elif len(points) > 20000:
                 points = points[np.sort(np.random.default_rng(self.seed + i).choice(len(points), 20000, replace=False))]
-            self._dense[i] = points
-        return self._dense[i]
+            self._dense[key] = points
+        return self._dense[key]
 
     def __getitem__(self, index: int) -> dict:
         import torch
@@ -574,7 +586,7 @@ class PatchDataset:
         fg = rng.random() < self.fg_fraction
         points = self._fg_points(vi)
         if fg and self.dense_fraction > 0 and rng.random() < self.dense_fraction:  # no draw when off
-            dense = self._dense_points(vi)
+            dense = self._dense_points(vi, beside=rng.random() < 0.5)
             points = dense if len(dense) else points
         center = sample_patch_center(image.shape, region, points, fg, rng)  # type: ignore[arg-type]
         img = extract_patch(image, center, region, pad_value=-1024).astype(np.float32)  # type: ignore[arg-type]

@@ -218,15 +218,23 @@ def test_dense_lung_points_find_consolidation_not_vessels_or_wall() -> None:
     assert label[tuple(points.T)].all()
     capped = data.dense_lung_points(image, label, max_points=50, seed=3)
     assert len(capped) == 50 and set(map(tuple, capped)) <= set(map(tuple, points))
+    beside = data.dense_lung_points(image, label, beside=True, max_points=10**9)
+    # the negatives: chest wall next to the lung (within 7 voxels), never lung, never far out
+    assert len(beside) > 100 and not label[tuple(beside.T)].any() and (image[tuple(beside.T)] > -300).all()
+    z, y, x = beside.T
+    assert z.min() >= 0 and z.max() < 43 and y.max() < 51 and x.max() < 47
+    assert ((z < 4) | (z >= 36) | (y < 4) | (y >= 44) | (x < 4) | (x >= 40)).all()
+    assert ((z >= 4 - 7) & (z < 36 + 7) & (y >= 4 - 7) & (y < 44 + 7) & (x >= 4 - 7) & (x < 40 + 7)).all()
     image[8:20, 8:20, 8:20] = -850  # the consolidation gone: nothing dense left but the vessel
     assert len(data.dense_lung_points(image, label)) == 0
     assert len(data.dense_lung_points(image, np.zeros_like(label))) == 0
 
 
 def test_dense_fraction_centres_patches_on_dense_lung(tmp_path: Path) -> None:
-    """With dense_fraction 1 every lung-centred patch sits on the consolidation; with 0 a
-    uniform lung pick almost never does (the block is 4 % of the lung). Dense lung of less
-    than DENSE_MIN_ML (the same block on a 1 mm grid: 0.4 mL) is not oversampled."""
+    """With dense_fraction 1 every lung-centred patch sits on dense tissue: half on the
+    consolidation, half on the chest wall beside the lung; with 0 a uniform lung pick almost
+    never does (the block is 4 % of the lung). Dense regions of less than DENSE_MIN_ML (the
+    same volume on a 1 mm grid: 0.4 mL of consolidation) are not oversampled."""
     image, label = _dense_lung_volume()
     np.save(tmp_path / "i.npy", image)
     np.save(tmp_path / "l.npy", label)
@@ -235,10 +243,15 @@ def test_dense_fraction_centres_patches_on_dense_lung(tmp_path: Path) -> None:
     for spacing, dense in ((3.0, 0.0), (3.0, 1.0), (1.0, 1.0)):
         vol = data.CachedVolume(tmp_path / "i.npy", tmp_path / "l.npy", image.shape, (spacing,) * 3, (0.0, 0.0, 0.0))
         ds = data.PatchDataset([vol], (8, 8, 8), 60, window, fg_fraction=1.0, dense_fraction=dense, seed=1)
-        values = [float(ds[i]["image"][0, 4, 4, 4]) for i in range(len(ds))]
-        dense_share[spacing, dense] = np.mean(np.asarray(values) > data.normalise_hu(np.array(-300.0), window))
-    assert dense_share[3.0, 1.0] == 1.0
-    assert dense_share[3.0, 0.0] < 0.2 and dense_share[1.0, 1.0] < 0.2
+        items = [ds[i] for i in range(len(ds))]
+        centre = np.asarray([float(it["image"][0, 4, 4, 4]) for it in items]) > data.normalise_hu(np.array(-300.0), window)
+        in_lung = np.asarray([int(it["label"][4, 4, 4]) for it in items]) > 0
+        dense_share[spacing, dense] = (np.mean(centre & in_lung), np.mean(centre & ~in_lung))
+    lung_share, wall_share = dense_share[3.0, 1.0]
+    assert lung_share + wall_share == 1.0 and 0.3 < lung_share < 0.7
+    assert dense_share[3.0, 0.0][0] < 0.2 and dense_share[3.0, 0.0][1] == 0.0
+    # on a 1 mm grid both dense regions hold less than DENSE_MIN_ML: plain lung centres
+    assert sum(dense_share[1.0, 1.0]) < 0.2
 
 
 def test_left_right_mirror_swaps_labels() -> None:
