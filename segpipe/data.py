@@ -413,10 +413,13 @@ def extract_patch(
 def foreground_points(label_zyx: np.ndarray, max_points: int = 20000, seed: int = 0) -> np.ndarray:
     """Up to ``max_points`` lung voxel positions (N, 3) in ``(z, y, x)``, a seeded random
     subset, used to centre foreground patches without scanning the label every time."""
-    points = np.argwhere(np.asarray(label_zyx) > 0)
-    if len(points) > max_points:
-        rng = np.random.default_rng(seed)
-        points = points[np.sort(rng.choice(len(points), max_points, replace=False))]
+    return _subsample(np.argwhere(np.asarray(label_zyx) > 0), max_points, seed)
+
+
+def _subsample(points: np.ndarray, max_points: int | None, seed: int) -> np.ndarray:
+    """At most ``max_points`` of ``points`` (a seeded random subset, in their order), int32."""
+    if max_points is not None and len(points) > max_points:
+        points = points[np.sort(np.random.default_rng(seed).choice(len(points), max_points, replace=False))]
     return points.astype(np.int32)
 
 
@@ -425,13 +428,13 @@ def foreground_points(label_zyx: np.ndarray, max_points: int = 20000, seed: int 
 DENSE_MIN_ML = 5.0
 
 
-def dense_lung_points(
-    image_zyx: np.ndarray, label_zyx: np.ndarray, min_hu: float = -300.0, max_points: int = 20000, seed: int = 0,
-    beside: bool = False,
+def dense_points(
+    image_zyx: np.ndarray, label_zyx: np.ndarray, *, beside: bool = False, min_hu: float = -300.0,
+    max_points: int | None = 20000, seed: int = 0,
 ) -> np.ndarray:
-    """Up to ``max_points`` positions (N, 3) in ``(z, y, x)`` inside *dense lung*: lung voxels
-    whose ~7-voxel neighbourhood is at least 90 % denser than ``min_hu`` (consolidation,
-    collapse, atelectasis, masses). The neighbourhood test leaves out vessels and airway walls,
+    """Up to ``max_points`` (``None``: all) positions (N, 3) in ``(z, y, x)`` inside *dense
+    lung*: lung voxels whose ~7-voxel neighbourhood is at least 90 % denser than ``min_hu``
+    (consolidation, collapse, atelectasis, masses). The neighbourhood test leaves out vessels and airway walls,
     which are dense but thin. Empty where a volume has no such region. With ``beside``, the
     dense tissue that is *not* lung within 7 voxels of it instead (chest wall, heart, liver
     dome, effusion): the negatives that look the same.
@@ -448,13 +451,8 @@ def dense_lung_points(
     dense = ndi.uniform_filter((np.asarray(image_zyx) > min_hu).astype(np.float32), size=7, mode="constant")
     if beside:
         near = ndi.uniform_filter(lung.astype(np.float32), size=15, mode="constant") > 0
-        points = np.argwhere(~lung & near & (dense >= 0.9))
-    else:
-        points = np.argwhere(lung & (dense >= 0.9))
-    if len(points) > max_points:
-        rng = np.random.default_rng(seed)
-        points = points[np.sort(rng.choice(len(points), max_points, replace=False))]
-    return points.astype(np.int32)
+        return _subsample(np.argwhere(~lung & near & (dense >= 0.9)), max_points, seed)
+    return _subsample(np.argwhere(lung & (dense >= 0.9)), max_points, seed)
 
 
 def sample_patch_center(
@@ -500,7 +498,7 @@ class PatchDataset:
     Each item is a dict with ``image`` (1, Z, Y, X) float32 normalised and ``label``
     (Z, Y, X) int64. A share ``fg_fraction`` of patches is centred on a lung voxel; the rest is
     uniform. Of the lung-centred ones, a share ``dense_fraction`` is centred on dense tissue
-    (:func:`dense_lung_points`), half on dense lung and half on the dense non-lung beside it,
+    (:func:`dense_points`), half on dense lung and half on the dense non-lung beside it,
     each where a volume has at least :data:`DENSE_MIN_ML` of it: learning only the first
     teaches "dense = lung" (liver and chest wall taken in). With ``spacing_jitter`` > 0 the
     patch is cut from a region ``factor`` times larger
@@ -564,13 +562,11 @@ class PatchDataset:
         key = (i, beside)
         if key not in self._dense:
             image, label = self.volumes[i].load()
-            points = dense_lung_points(image, label, seed=self.seed + i, max_points=2**31, beside=beside)
+            points = dense_points(image, label, beside=beside, max_points=None)
             voxel_ml = float(np.prod(self.volumes[i].spacing_xyz)) / 1000.0
             if len(points) * voxel_ml < DENSE_MIN_ML:  # a few thick vessels or a nodule: not a region
                 points = points[:0]
-            elif len(points) > 20000:
-                points = points[np.sort(np.random.default_rng(self.seed + i).choice(len(points), 20000, replace=False))]
-            self._dense[key] = points
+            self._dense[key] = _subsample(points, 20000, self.seed + i)
         return self._dense[key]
 
     def __getitem__(self, index: int) -> dict:

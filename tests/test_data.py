@@ -208,17 +208,17 @@ def _dense_lung_volume() -> tuple[np.ndarray, np.ndarray]:
     return image, label
 
 
-def test_dense_lung_points_find_consolidation_not_vessels_or_wall() -> None:
+def test_dense_points_find_consolidation_and_the_wall_beside_not_vessels() -> None:
     image, label = _dense_lung_volume()
-    points = data.dense_lung_points(image, label)
+    points = data.dense_points(image, label)
     assert len(points) > 100
     z, y, x = points.T
     # every point lies in the consolidation block (its rim of 3 voxels is only partly dense)
     assert z.min() >= 8 and z.max() < 20 and y.min() >= 8 and y.max() < 20 and x.min() >= 8 and x.max() < 20
     assert label[tuple(points.T)].all()
-    capped = data.dense_lung_points(image, label, max_points=50, seed=3)
+    capped = data.dense_points(image, label, max_points=50, seed=3)
     assert len(capped) == 50 and set(map(tuple, capped)) <= set(map(tuple, points))
-    beside = data.dense_lung_points(image, label, beside=True, max_points=10**9)
+    beside = data.dense_points(image, label, beside=True, max_points=10**9)
     # the negatives: chest wall next to the lung (within 7 voxels), never lung, never far out
     assert len(beside) > 100 and not label[tuple(beside.T)].any() and (image[tuple(beside.T)] > -300).all()
     z, y, x = beside.T
@@ -226,8 +226,8 @@ def test_dense_lung_points_find_consolidation_not_vessels_or_wall() -> None:
     assert ((z < 4) | (z >= 36) | (y < 4) | (y >= 44) | (x < 4) | (x >= 40)).all()
     assert ((z >= 4 - 7) & (z < 36 + 7) & (y >= 4 - 7) & (y < 44 + 7) & (x >= 4 - 7) & (x < 40 + 7)).all()
     image[8:20, 8:20, 8:20] = -850  # the consolidation gone: nothing dense left but the vessel
-    assert len(data.dense_lung_points(image, label)) == 0
-    assert len(data.dense_lung_points(image, np.zeros_like(label))) == 0
+    assert len(data.dense_points(image, label)) == 0
+    assert len(data.dense_points(image, np.zeros_like(label))) == 0
 
 
 def test_dense_fraction_centres_patches_on_dense_lung(tmp_path: Path) -> None:
