@@ -232,9 +232,10 @@ def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, floa
     of any thickness whose surface meets vessel-free air just outside the mask is a
     pneumothorax too (:func:`_air_along_pleural_air`). Each pocket found is grown by
     :data:`_PLEURAL_GROW_MM` into its partial-volume rim (below :data:`_PLEURAL_GROW_HU`), then
-    cut on the lung's own edge (:func:`_air_side_of_edge`). ``valid`` (same shape, optional) marks where air outside the
-    mask may count as pleural: inside the body and inside the scan (a grid that reaches past
-    the scan's end holds made-up air there). Returns the mask of voxels to take out of the lung."""
+    cut on the lung's own edge (:func:`_air_side_of_edge`). ``valid`` (same shape, optional)
+    marks where air outside the mask may count as pleural: inside the body and inside the scan
+    (a grid that reaches past the scan's end holds made-up air there). Returns the mask of
+    voxels to take out of the lung."""
     lung = np.asarray(lung, bool)
     out = np.zeros(lung.shape, bool)
     sp_zyx = tuple(float(s) for s in reversed(spacing_xyz))

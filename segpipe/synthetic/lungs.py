@@ -330,18 +330,19 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
             cand = inner[(inner[:, 1] > np.percentile(inner[:, 1], 55)) & (inner[:, 2] < np.percentile(inner[:, 2], 50))]
             cand = cand if len(cand) else inner
         c = cand[rng.integers(len(cand))]
-        if lobar:
-            parts = [Ellipsoid(c + rng.normal(0, 15 * S, 3) * (i > 0), rng.uniform(30, 60, 3) * S)
-                     for i in range(int(rng.integers(2, 5)))]
-        else:  # a cluster of lobule-sized foci: an irregular, lobulated outline
-            parts = [Ellipsoid(c + rng.normal(0, 16 * S, 3) * (i > 0), rng.uniform(10, 26, 3) * S)
-                     for i in range(int(rng.integers(5, 11)))]
-        region: Shape = Intersect(Union(*parts), *planes) if planes else Union(*parts)
+        # lobar: 2-4 large lobules; patchy: a cluster of 5-10 lobule-sized foci (irregular outline)
+        spread, radius, count = (15, (30, 60), (2, 5)) if lobar else (16, (10, 26), (5, 11))
+        parts = [Ellipsoid(c + rng.normal(0, spread * S, 3) * (i > 0), rng.uniform(*radius, 3) * S)
+                 for i in range(int(rng.integers(*count)))]
+
+        def on_lobe_side(shape: Shape) -> Shape:
+            return Intersect(shape, *planes) if planes else shape
+
+        region = on_lobe_side(Union(*parts))
         margin = rng.random() < 0.8
         if margin:  # partly filled alveoli around it: a ground-glass rim (the fissure stays sharp)
             grow = float(rng.uniform(4, 10) * S)
-            rim = Union(*(Ellipsoid(q.c, q.r + grow) for q in parts))
-            rim_shape: Shape = Intersect(rim, *planes) if planes else rim
+            rim_shape = on_lobe_side(Union(*(Ellipsoid(q.c, q.r + grow) for q in parts)))
             items.append(Item("consolidation_margin", rim_shape,
                               SmoothField(rng, rim_shape.lo, rim_shape.hi, 5, 60, rng.uniform(-650, -350)), "in_lung",
                               T["ground_glass"], float(rng.uniform(0.5, 0.9))))
