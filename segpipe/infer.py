@@ -11,7 +11,9 @@ stage runs once over the union (report: ``fine_regions``); sides come from geome
 Fat (:func:`segpipe.postprocess.fat_in_lung`), the trachea and main bronchi, and air outside
 the body are never lung. Where aerated lung meets tissue, the edge is moved (by at most
 1.5 mm, in-plane) onto the scan's own air/tissue boundary (:func:`segpipe.postprocess.snap_edges`):
-the fine stage's 1.5 mm voxels cannot place it closer.
+the fine stage's 1.5 mm voxels cannot place it closer. Dense lung that the fine stage left out
+but the coarse stage, which sees the whole chest, is sure of (a consolidated lobe) is added
+back (:func:`segpipe.postprocess.dense_lung`).
 
 Memory stays bounded: no full-scan float array at the fine spacing and no full-scan
 probability map is ever built; the largest arrays are the input itself, the uint8 output
@@ -199,6 +201,10 @@ class LungSegmenter:
             (lung probability >= 0.9) on at least this volume of it; smaller or unsure finds
             are gas in the bowel or stomach of a scan without lungs, not lung. Lung bases
             smaller than this (a sliver at the top of an abdominal scan) are not segmented.
+        dense_from_coarse: add the dense lung (a consolidated lobe) that the fine stage left
+            out where the coarse stage, which sees the whole chest, is sure it is lung
+            (:func:`segpipe.postprocess.dense_lung`; report: ``dense_lung_ml``). Off only to
+            measure what the rule adds.
     """
 
     def __init__(
@@ -211,6 +217,7 @@ class LungSegmenter:
         sw_batch_size: int | None = None,
         progress: bool = False,
         min_lung_ml: float = MIN_LUNG_ML,
+        dense_from_coarse: bool = True,
     ) -> None:
         # the inference libraries are imported here, with the model, not inside the first
         # predict: importing MONAI alone takes 2-4 s, a set-up cost paid once per process
@@ -228,6 +235,7 @@ class LungSegmenter:
         self.fast = fast
         self.sw_batch_size = sw_batch_size
         self.progress = progress
+        self.dense_from_coarse = dense_from_coarse
         try:
             self.coarse_cfg = self._stage_config("coarse")
             self.fine_cfg = self._stage_config("fine")
@@ -416,6 +424,8 @@ class LungSegmenter:
         boxes = self._lung_boxes(coarse_lung, coarse_img, confident)
         self._coarse_airways = self._airways(coarse_img)
         self._coarse_geometry = spatial.Geometry.of(coarse_img)
+        self._coarse_prob = sitk.GetImageFromArray(np.asarray(coarse_lung, np.float32))
+        self._coarse_prob.CopyInformation(coarse_img)
         timings["coarse_s"] = time.perf_counter() - t
         if not boxes:
             warnings.append("no lung found: the scan may not include the chest; the mask is empty")
@@ -434,6 +444,7 @@ class LungSegmenter:
         out = np.zeros(tuple(int(v) for v in (hi - lo)[::-1]), np.uint8)
         regions = self._fine_regions(geometry_c, boxes)
         self._pleural_ml = 0.0
+        self._dense_ml = 0.0
         fine_regions = {name: {**box.to_dict(), "windows": self._windows(geometry_c, box)} for name, box in regions.items()}
         # the voxels the fine stage reads: the whole scan, or, when the scan is ours, only the
         # lungs' region of it (a neck-to-pelvis scan's 500 MB become about 100 MB)
@@ -496,6 +507,7 @@ class LungSegmenter:
             "fast": self.fast,
             "hu_offset": hu_offset,
             "pleural_air_ml": round(self._pleural_ml, 1),
+            "dense_lung_ml": round(self._dense_ml, 1),
             "fallbacks": notes,
             "warnings": warnings,
         }
@@ -632,12 +644,21 @@ class LungSegmenter:
         hu = sitk.GetArrayFromImage(fine)
         del fine  # only its geometry is needed from here on
         # only the background channel is needed: lung = 1 - background
-        from segpipe.postprocess import pleural_air
+        from segpipe.postprocess import dense_lung, pleural_air
 
         background = self._fine_with_fallback(hu, notes).numpy()
         # a pneumothorax inside the network's lung is taken out (it is air outside the lung);
         # air around the patient and in the large airways is cleared later anyway
         inside = self._inside_on(grid)
+        if self.dense_from_coarse:
+            # a consolidated lobe: dense, and lung only to the coarse stage, which sees the whole chest
+            prior = sitk.GetArrayFromImage(spatial.resample_to_reference(
+                self._coarse_prob, grid.apply(sitk.Image(grid.size, sitk.sitkUInt8)), interpolator=sitk.sitkLinear,
+                default_value=0.0, output_pixel_type=sitk.sitkFloat32))
+            added = dense_lung(background < 0.5, prior, hu, self.fine_mm, allowed=inside)
+            del prior
+            background[added] = 0.0
+            self._dense_ml += float(np.count_nonzero(added)) * float(np.prod(self.fine_mm)) / 1000.0
         pleural = pleural_air((background < 0.5) & inside, hu, self.fine_mm, valid=inside & _in_scan(grid, canonical))
         del inside
         self._pleural_ml += float(np.count_nonzero(pleural)) * float(np.prod(self.fine_mm)) / 1000.0

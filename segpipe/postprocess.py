@@ -21,7 +21,7 @@ from scipy import ndimage
 
 from segpipe import spatial
 
-__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways", "fat_in_lung", "clear_fat", "FAT_HU", "snap_edges", "snap_label_edges", "EDGE_HU", "map_parallel", "worker_threads", "pleural_air", "PLEURAL_AIR_HU", "component_sizes"]
+__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways", "fat_in_lung", "clear_fat", "FAT_HU", "snap_edges", "snap_label_edges", "EDGE_HU", "map_parallel", "worker_threads", "pleural_air", "PLEURAL_AIR_HU", "component_sizes", "dense_lung", "DENSE_LUNG_HU"]
 
 _FULL = ndimage.generate_binary_structure(3, 1)
 _CROSS2 = ndimage.generate_binary_structure(2, 1)
@@ -263,6 +263,55 @@ def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, floa
     near = ndimage.binary_dilation(found, structure=_FULL, iterations=steps)
     found |= near & rest & ~ndimage.binary_opening(rest, structure=_FULL)
     out[box] = found | _air_side_of_edge(m & ~found, found, hu[box], sp_zyx)
+    return out
+
+
+DENSE_LUNG_HU = -300.0  # denser than this (smoothed): consolidated or collapsed lung, not aerated
+_DENSE_SMOOTH_MM = 1.5  # Gaussian sigma before the HU test (noise, vessels)
+_DENSE_OPEN_MM = 4.5  # opening radius: the coarse stage's blurred rim around the lung drops out
+_DENSE_MIN_ML = 10.0  # smaller regions are the coarse stage's 4 mm edge, not a lobe
+_DENSE_SURE = 0.9  # some of a region must be this sure (coarse lung probability)
+_DENSE_MIN_SHARE = 0.5  # share of a region's voxels that must be dense
+
+
+def dense_lung(lung: np.ndarray, prior: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float],
+               allowed: np.ndarray | None = None) -> np.ndarray:
+    """Dense lung the fine stage left out that the coarse stage calls lung: a consolidated lobe.
+
+    The fine stage sees 96 mm of the scan at a time; inside a consolidated lobe that is soft
+    tissue between ribs and liver, which it does not call lung. The coarse stage sees the
+    whole chest (where the lobe lies, its shape) and can. A region is added to the ``(z, y, x)``
+    lung mask ``lung`` when it is outside the mask, the coarse lung probability ``prior``
+    (same grid) is at least 0.5 and reaches :data:`_DENSE_SURE` somewhere in it, it survives
+    an opening of :data:`_DENSE_OPEN_MM` (the coarse stage's blurred edge around aerated lung
+    does not), it holds at least :data:`_DENSE_MIN_ML`, at least half of it is denser than
+    :data:`DENSE_LUNG_HU` and it touches the mask. ``allowed`` (optional) limits where it may
+    lie (inside the body, outside the airways). Returns the voxels to add."""
+    lung = np.asarray(lung, bool)
+    out = np.zeros(lung.shape, bool)
+    cand = (prior >= 0.5) & ~lung
+    if allowed is not None:
+        cand &= np.asarray(allowed, bool)
+    box = _bounding_box(cand, pad=1)
+    if box is None:
+        return out
+    sp_zyx = tuple(float(s) for s in reversed(spacing_xyz))
+    voxel_ml = float(np.prod(sp_zyx)) / 1000.0
+    c = ndimage.binary_opening(cand[box], structure=_ellipsoid(tuple(_DENSE_OPEN_MM / s for s in sp_zyx)))
+    if np.count_nonzero(c) * voxel_ml < _DENSE_MIN_ML:
+        return out
+    smooth = ndimage.gaussian_filter(np.asarray(hu[box], np.float32), [_DENSE_SMOOTH_MM / s for s in sp_zyx], mode="nearest")
+    labels, n = _label(c)
+    idx = np.arange(1, n + 1)
+    size = component_sizes(labels, n)[1:]
+    dense = ndimage.sum_labels(smooth > DENSE_LUNG_HU, labels, idx)
+    sure = ndimage.maximum(prior[box], labels, idx)
+    keep = np.zeros(n + 1, bool)
+    keep[1:] = (size * voxel_ml >= _DENSE_MIN_ML) & (dense >= _DENSE_MIN_SHARE * size) & (np.asarray(sure) >= _DENSE_SURE)
+    if not keep.any():
+        return out
+    found = keep[labels]
+    out[box] = found & _touches(found, lung[box])
     return out
 
 

@@ -469,3 +469,49 @@ def test_component_sizes_count_like_bincount(dtype: type) -> None:
         labels = rng.integers(0, n + 1, size=(20, 30, 40)).astype(dtype)
         labels[0, 0, 0] = n  # the top label is counted, not dropped off the end
         np.testing.assert_array_equal(component_sizes(labels, n), np.bincount(labels.ravel(), minlength=n + 1))
+
+
+def _lobe_on_the_liver(consolidated: bool, spacing: float = 1.5) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A lung cavity above a liver dome; its lower third (below a tilted fissure) aerated or
+    consolidated (40 HU, like the liver's 55). Returns the cavity, the lower lobe, HU and a
+    coarse-stage-like lung probability (the cavity at 4 mm, blurred)."""
+    rng = np.random.default_rng(3)
+    n = (int(150 / spacing), int(120 / spacing), int(100 / spacing))
+    z, y, x = ((np.indices(n) + 0.5) * spacing).astype(np.float32)
+    cavity = np.sqrt(((z - 85) / 60) ** 2 + ((y - 60) / 50) ** 2 + ((x - 50) / 40) ** 2) < 1.0
+    liver = ~cavity & (z < 45 + 0.004 * ((y - 60) ** 2 + (x - 50) ** 2))
+    lower = cavity & (z < 40 + 0.6 * y)  # behind and below an oblique fissure
+    hu = np.full(n, 40.0, np.float32)  # chest wall
+    hu[cavity] = -860.0
+    hu[liver] = 55.0
+    if consolidated:
+        hu[lower] = 40.0
+    hu += rng.normal(0, 15, n).astype(np.float32)
+    prior = ndimage.gaussian_filter(cavity.astype(np.float32), 4.0 / spacing)
+    return cavity, lower, hu, prior
+
+
+def test_dense_lung_adds_a_consolidated_lobe_the_coarse_stage_calls_lung() -> None:
+    """The fine stage left the consolidated lower lobe out (only the aerated lung is in its
+    mask); the coarse stage's probability covers the whole cavity: the lobe is added, the
+    liver under it and the chest wall are not."""
+    from segpipe.postprocess import dense_lung
+
+    cavity, lower, hu, prior = _lobe_on_the_liver(consolidated=True)
+    added = dense_lung(cavity & ~lower, prior, hu, (1.5, 1.5, 1.5))
+    assert (added & lower).sum() >= 0.9 * lower.sum()
+    assert (added & ~cavity).sum() <= 0.05 * lower.sum()  # the coarse edge's blur, at most
+    assert not (added & cavity & ~lower).any()
+
+
+def test_dense_lung_leaves_a_clean_lung_and_unsure_regions_alone() -> None:
+    """An aerated lung whole in the mask: the coarse stage's blurred rim around it is no lobe.
+    A consolidated lobe the coarse stage is unsure of (p < 0.9 everywhere) is not added either."""
+    from segpipe.postprocess import dense_lung
+
+    cavity, lower, hu, prior = _lobe_on_the_liver(consolidated=False)
+    assert not dense_lung(cavity, prior, hu, (1.5, 1.5, 1.5)).any()
+    cavity, lower, hu, prior = _lobe_on_the_liver(consolidated=True)
+    assert not dense_lung(cavity & ~lower, 0.85 * prior, hu, (1.5, 1.5, 1.5)).any()
+    # dense but not touching the lung mask (an organ the coarse stage mistook): not lung
+    assert not dense_lung(np.zeros_like(cavity), prior, hu, (1.5, 1.5, 1.5)).any()
