@@ -448,15 +448,22 @@ class LungSegmenter:
         fine_regions = {name: {**box.to_dict(), "windows": self._windows(geometry_c, box)} for name, box in regions.items()}
         # the voxels the fine stage reads: the whole scan, or, when the scan is ours, only the
         # lungs' region of it (a neck-to-pelvis scan's 500 MB become about 100 MB)
+        # a region thinner than a window reads the scan around it (a window of real context,
+        # not padding), and writes only inside itself
+        context = {name: self._one_window_at_least(geometry_c, box) for name, box in regions.items()}
         source, source_start = canonical, (0, 0, 0)
         if owned and boxes and out.size:
-            source, source_start = self._scan_region(canonical, lo, hi)
+            reach = [spatial.box_index_range(geometry_c, b) for b in context.values()]
+            source, source_start = self._scan_region(
+                canonical, np.clip(np.min([lo, *[r[0] for r in reach]], axis=0), 0, size_xyz),
+                np.clip(np.max([hi, *[r[1] for r in reach]], axis=0), 0, size_xyz),
+            )
         del img, canonical
         if boxes and out.size:
             self._fine_net = self._network("fine", self.device)
             self._fine_net_device = self.device
-            for box in regions.values():
-                self._segment_lung(source, geometry_c, box, out, offset, notes)
+            for name, box in regions.items():
+                self._segment_lung(source, geometry_c, box, out, offset, notes, context=context[name])
             del self._fine_net
             self._assign_sides(out, offset, source, source_start, coarse_img)
             if self.device.type == "cuda":
@@ -581,6 +588,20 @@ class LungSegmenter:
                     break
         return box
 
+    def _one_window_at_least(self, canonical: sitk.Image | spatial.Geometry, box: spatial.Box) -> spatial.Box:
+        """``box`` grown evenly on each axis where its part of the fine lattice is shorter than
+        a window, to one window: the same windows, but the network sees the scan around a
+        thin region (the lung bases at the top of an abdominal scan) instead of the sliding
+        window's constant padding, which it never met in training."""
+        patch = self.fine_cfg.patch_xyz
+        for _ in range(3):  # the lattice's rounding may leave a voxel short
+            size = spatial.lattice_grid(canonical, self.fine_mm, box).GetSize()
+            grow = [max(0.0, (int(patch[a]) - int(size[a])) * self.fine_mm[a] / 2) for a in range(3)]
+            if not any(grow):
+                break
+            box = box.expand(tuple(g + (0.25 * self.fine_mm[a] if g else 0.0) for a, g in enumerate(grow)))  # type: ignore[arg-type]
+        return box
+
     def _lung_boxes(self, coarse_lung: np.ndarray, coarse_img: sitk.Image, confident: np.ndarray | None = None) -> dict[str, spatial.Box]:
         """Physical box per lung from the coarse prediction (``coarse_lung``: a lung class
         wins, as a boolean or label array), expanded by the training margin
@@ -626,18 +647,19 @@ class LungSegmenter:
 
     def _segment_lung(
         self, source: sitk.Image, canonical: spatial.Geometry, box: spatial.Box, out: np.ndarray,
-        offset: tuple[int, int, int], notes: list[str],
+        offset: tuple[int, int, int], notes: list[str], context: spatial.Box | None = None,
     ) -> None:
         """Fine stage for one lung: crop, resample, sliding window, then the probability of
         "any lung" (1 - background) back onto the crop's region of the original grid; voxels
         above 0.5 are marked in ``out`` (the part of the canonical grid ``canonical`` that
         starts at index ``offset``, x y z; sides are assigned afterwards, from geometry). The
-        voxels come from ``source``: the canonical scan or a region of it that holds the box
+        network reads ``context`` (a larger box around ``box``, when given) and only ``box``
+        is written. The voxels come from ``source``: the canonical scan or a region of it that holds the box
         (:meth:`_scan_region`)."""
         # the box's part of the fine grid of the whole scan (same lattice): the result does
         # not depend on where exactly the box starts, and no original-resolution crop is copied
         fine = spatial.resample_to_reference(
-            source, spatial.lattice_grid(canonical, self.fine_mm, box), interpolator=sitk.sitkLinear,
+            source, spatial.lattice_grid(canonical, self.fine_mm, context or box), interpolator=sitk.sitkLinear,
             default_value=-1024.0, output_pixel_type=sitk.sitkFloat32,
         )
         grid = spatial.Geometry.of(fine)

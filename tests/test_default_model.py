@@ -79,3 +79,23 @@ def test_a_scan_without_lungs_gives_an_empty_mask_and_a_warning(segmenter: LungS
     scan = io.write_image(phantom.image, tmp_path / "abdomen.nii.gz")
     assert main(["infer", str(scan), "-o", str(tmp_path / "out"), "--quiet"]) == 0
     assert not sitk.GetArrayViewFromImage(sitk.ReadImage(str(tmp_path / "out" / "abdomen_lungs.nii.gz"))).any()
+
+
+def test_a_consolidated_lobe_is_added_back_from_the_coarse_stage(segmenter: LungSegmenter) -> None:
+    """A phantom with lobar consolidation: the fine stage leaves most of the dense lobe out; the
+    coarse stage calls it lung, and the cascade adds it back (``dense_lung_ml``), which lifts
+    the consolidated lung's Dice. Without the rule nothing is added."""
+    from segpipe import synthetic
+
+    # two consolidated right lower-lobe regions (510 mL added; right Dice 0.886 without the rule, 0.979 with it)
+    phantom = synthetic.make_phantom(synthetic.sample_spec(71001, coverage="chest", consolidation=1.0, size_xyz=(256, 256, 160)))
+    on = segmenter.predict_with_report(phantom.image)
+    off = LungSegmenter(segmenter.header, segmenter.weights, device="cpu", dense_from_coarse=False).predict_with_report(phantom.image)
+    assert off.report["dense_lung_ml"] == 0.0
+    assert on.report["dense_lung_ml"] >= 100.0, on.report
+    side = phantom.info["consolidation"][0]["side"]
+    d_on = metrics.lung_metrics(on.label, phantom.label)[side]["dice"]
+    d_off = metrics.lung_metrics(off.label, phantom.label)[side]["dice"]
+    assert d_on >= d_off + 0.05 and d_on > 0.95, (d_on, d_off)
+    other = "left" if side == "right" else "right"
+    assert metrics.lung_metrics(on.label, phantom.label)[other]["dice"] > 0.95
