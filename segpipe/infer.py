@@ -446,11 +446,11 @@ class LungSegmenter:
         self._pleural_ml = 0.0
         self._dense_ml = 0.0
         fine_regions = {name: {**box.to_dict(), "windows": self._windows(geometry_c, box)} for name, box in regions.items()}
-        # the voxels the fine stage reads: the whole scan, or, when the scan is ours, only the
-        # lungs' region of it (a neck-to-pelvis scan's 500 MB become about 100 MB)
         # a region thinner than a window reads the scan around it (a window of real context,
         # not padding), and writes only inside itself
         context = {name: self._one_window_at_least(geometry_c, box) for name, box in regions.items()}
+        # the voxels the fine stage reads: the whole scan, or, when the scan is ours, only the
+        # lungs' region of it (a neck-to-pelvis scan's 500 MB become about 100 MB)
         source, source_start = canonical, (0, 0, 0)
         if owned and boxes and out.size:
             reach = [spatial.box_index_range(geometry_c, b) for b in context.values()]

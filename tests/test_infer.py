@@ -446,6 +446,26 @@ def test_fine_region_a_voxel_too_long_is_fitted_to_fewer_windows(model_path: Pat
     assert seg._fit_windows(scan, roomy) == roomy
 
 
+def test_a_region_thinner_than_a_window_reads_one_window_of_context(model_path: Path) -> None:
+    """A fine region shorter than a window on an axis (lung bases at the top of an abdominal
+    scan) is read over one window centred on it, so the network sees the scan around it and
+    not constant padding; the window count stays the same, and long axes are left alone."""
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    scan = sitk.Image([512, 512, 100], sitk.sitkInt16)
+    scan.SetSpacing((0.7, 0.7, 2.5))
+    scan.SetOrigin((-179.0, -179.0, -250.0))
+    p = seg.fine_cfg.patch_xyz
+    thin = spatial.Box((-150.0, -80.0, -170.0), (20.0, 120.0, -120.0))  # 50 mm high: under one window
+    grown = seg._one_window_at_least(scan, thin)
+    size = spatial.lattice_grid(scan, seg.fine_mm, grown).GetSize()
+    assert size[2] >= p[2] and seg._windows(scan, grown) == seg._windows(scan, thin)
+    assert grown.lo_xyz[:2] == thin.lo_xyz[:2] and grown.hi_xyz[:2] == thin.hi_xyz[:2]
+    centre = lambda b: (b.lo_xyz[2] + b.hi_xyz[2]) / 2  # noqa: E731
+    assert abs(centre(grown) - centre(thin)) < 1e-6
+    roomy = spatial.Box((-150.0, -80.0, -200.0), (20.0, 120.0, -50.0))
+    assert seg._one_window_at_least(scan, roomy) == roomy
+
+
 def test_coarse_body_lookup_on_a_fine_grid_is_nearest_neighbour_resampling() -> None:
     """``_inside_on`` (the coarse body less airways, looked up on a fine region's grid for the
     pleural-air step) gives what SimpleITK's nearest-neighbour resampling gives."""
