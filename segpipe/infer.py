@@ -424,8 +424,7 @@ class LungSegmenter:
         boxes = self._lung_boxes(coarse_lung, coarse_img, confident)
         self._coarse_airways = self._airways(coarse_img)
         self._coarse_geometry = spatial.Geometry.of(coarse_img)
-        self._coarse_prob = sitk.GetImageFromArray(np.asarray(coarse_lung, np.float32))
-        self._coarse_prob.CopyInformation(coarse_img)
+        self._coarse_prob = spatial.copy_geometry(np.asarray(coarse_lung, np.float32), coarse_img)
         timings["coarse_s"] = time.perf_counter() - t
         if not boxes:
             warnings.append("no lung found: the scan may not include the chest; the mask is empty")
@@ -658,8 +657,9 @@ class LungSegmenter:
         (:meth:`_scan_region`)."""
         # the box's part of the fine grid of the whole scan (same lattice): the result does
         # not depend on where exactly the box starts, and no original-resolution crop is copied
+        lattice = spatial.lattice_grid(canonical, self.fine_mm, context or box)
         fine = spatial.resample_to_reference(
-            source, spatial.lattice_grid(canonical, self.fine_mm, context or box), interpolator=sitk.sitkLinear,
+            source, lattice, interpolator=sitk.sitkLinear,
             default_value=-1024.0, output_pixel_type=sitk.sitkFloat32,
         )
         grid = spatial.Geometry.of(fine)
@@ -675,7 +675,7 @@ class LungSegmenter:
         if self.dense_from_coarse:
             # a consolidated lobe: dense, and lung only to the coarse stage, which sees the whole chest
             prior = sitk.GetArrayFromImage(spatial.resample_to_reference(
-                self._coarse_prob, grid.apply(sitk.Image(grid.size, sitk.sitkUInt8)), interpolator=sitk.sitkLinear,
+                self._coarse_prob, lattice, interpolator=sitk.sitkLinear,
                 default_value=0.0, output_pixel_type=sitk.sitkFloat32))
             added = dense_lung(background < 0.5, prior, hu, self.fine_mm, allowed=inside)
             del prior

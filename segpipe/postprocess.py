@@ -292,6 +292,8 @@ def dense_lung(lung: np.ndarray, prior: np.ndarray, hu: np.ndarray, spacing_xyz:
     cand = (prior >= 0.5) & ~lung
     if allowed is not None:
         cand &= np.asarray(allowed, bool)
+    if not (cand & (prior >= _DENSE_SURE)).any():  # the usual case: no region can reach sure
+        return out
     box = _bounding_box(cand, pad=1)
     if box is None:
         return out
