@@ -452,6 +452,38 @@ class PhantomPathologyConfig:
 
 
 @dataclass(frozen=True)
+class PhantomCoverageConfig:
+    """Relative weight of each body coverage in the generated training phantoms
+    (``data.phantom_coverage``); a key left out keeps the generator's default weight (see
+    :data:`segpipe.synthetic.COVERAGE_WEIGHTS`: chest 0.55, chest_abdomen 0.17, neck_pelvis
+    0.08, lung_bases 0.12, no_lungs 0.08), 0 leaves that coverage out. E.g.
+    ``lung_bases: 0.88`` makes half the phantoms abdominal scans through the lung bases."""
+
+    chest: float | None = None
+    chest_abdomen: float | None = None
+    neck_pelvis: float | None = None
+    lung_bases: float | None = None
+    no_lungs: float | None = None
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is not None and not (0.0 <= v < float("inf")):
+                raise ConfigError(f"data.phantom_coverage.{f.name}: expected a weight >= 0, got {v}")
+        if self.weights():
+            from segpipe.synthetic.spec import coverage_probabilities
+
+            try:
+                coverage_probabilities(self.weights())
+            except ConfigError as err:
+                raise ConfigError(f"data.phantom_coverage: {err}") from None
+
+    def weights(self) -> dict[str, float]:
+        """The weights that were set (``coverage_weights`` of :func:`segpipe.synthetic.sample_spec`)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True)
 class DataConfig:
     """Where training data comes from and how it is prepared."""
 
@@ -460,6 +492,7 @@ class DataConfig:
     phantom_seed: int = 1000
     phantom_size_xyz: tuple[int, int, int] = (160, 160, 120)
     phantom_pathology: PhantomPathologyConfig = field(default_factory=PhantomPathologyConfig)
+    phantom_coverage: PhantomCoverageConfig = field(default_factory=PhantomCoverageConfig)
     val_fraction: float = 0.2
     num_workers: int = 2
     margin_mm: float = 12.0

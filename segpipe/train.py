@@ -184,8 +184,11 @@ def prepare_data(
     if cfg.data.extra_phantoms:
         from segpipe import synthetic
 
-        overrides = cfg.data.phantom_pathology.overrides()
-        tag = "".join(f"_{k}{v:g}" for k, v in sorted(overrides.items()))
+        overrides: dict[str, Any] = dict(cfg.data.phantom_pathology.overrides())
+        coverage = cfg.data.phantom_coverage.weights()
+        tag = "".join(f"_{k}{v:g}" for k, v in sorted({**overrides, **coverage}.items()))
+        if coverage:
+            overrides["coverage_weights"] = coverage
         phantom_dir = Path(cache_dir) / f"phantoms_seed{cfg.data.phantom_seed}_n{cfg.data.extra_phantoms}_{'x'.join(map(str, cfg.data.phantom_size_xyz))}{tag}"
         if not (phantom_dir / "dataset.json").is_file():
             synthetic.write_dataset(

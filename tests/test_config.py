@@ -33,6 +33,10 @@ def test_defaults_round_trip_through_dict() -> None:
         ({"data": {"phantom_pathology": {"emphysma": 0.5}}}, "unknown config key data.phantom_pathology.emphysma"),
         ({"data": {"phantom_pathology": {"collapse": 1.5}}}, "data.phantom_pathology.collapse: expected a probability"),
         ({"fine": {"dense_fraction": 1.5}}, "fine.dense_fraction: expected 0..1, got 1.5"),
+        ({"data": {"phantom_coverage": {"lung_base": 1.0}}}, "unknown config key data.phantom_coverage.lung_base"),
+        ({"data": {"phantom_coverage": {"chest": -0.5}}}, "data.phantom_coverage.chest: expected a weight >= 0"),
+        ({"data": {"phantom_coverage": dict.fromkeys(("chest", "chest_abdomen", "neck_pelvis", "lung_bases", "no_lungs"), 0)}},
+         "data.phantom_coverage: coverage weights: expected at least one weight > 0"),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:
@@ -66,3 +70,9 @@ def test_phantom_pathology_overrides_only_what_is_set() -> None:
     cfg = from_dict(TrainConfig, {"data": {"phantom_pathology": {"emphysema": 0.5, "collapse": 0.0}}})
     assert cfg.data.phantom_pathology.overrides() == {"emphysema": 0.5, "collapse": 0.0}
     assert TrainConfig().data.phantom_pathology.overrides() == {}
+
+
+def test_phantom_coverage_weights_only_what_is_set() -> None:
+    cfg = from_dict(TrainConfig, {"data": {"phantom_coverage": {"lung_bases": 0.88, "no_lungs": 0}}})
+    assert cfg.data.phantom_coverage.weights() == {"lung_bases": 0.88, "no_lungs": 0.0}
+    assert TrainConfig().data.phantom_coverage.weights() == {}

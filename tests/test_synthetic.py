@@ -11,7 +11,7 @@ import SimpleITK as sitk
 
 from segpipe.cli import main
 from segpipe.errors import ConfigError
-from segpipe.synthetic import TISSUES, PhantomSpec, make_phantom, sample_spec
+from segpipe.synthetic import COVERAGE_WEIGHTS, COVERAGES, TISSUES, PhantomSpec, coverage_probabilities, make_phantom, sample_spec
 
 SMALL = (48, 44, 32)
 
@@ -53,6 +53,25 @@ def test_spec_validation() -> None:
     spec = sample_spec(3, coverage="chest", orientation="ras")
     assert spec.coverage == "chest" and spec.orientation == "RAS"
     assert sample_spec(3) == sample_spec(3) and sample_spec(3) != sample_spec(4)
+
+
+def test_coverage_weights() -> None:
+    draws = [sample_spec(i, coverage_weights={"lung_bases": 0.88, "no_lungs": 0}) for i in range(400)]
+    counts = {c: sum(s.coverage == c for s in draws) for c in COVERAGES}
+    # lung_bases 0.88 / 1.68 = 52 %; no_lungs never
+    assert counts["no_lungs"] == 0 and 0.45 * 400 < counts["lung_bases"] < 0.6 * 400
+    assert counts["chest"] > 0 and counts["chest_abdomen"] > 0
+    # the weights change the coverage only: every other draw of a seed stays the same
+    for i, s in enumerate(draws[:50]):
+        assert s.replace(coverage="chest") == sample_spec(i).replace(coverage="chest")
+    assert coverage_probabilities() == pytest.approx(list(COVERAGE_WEIGHTS.values()))
+    assert coverage_probabilities({"chest": 0, "chest_abdomen": 0, "neck_pelvis": 0, "no_lungs": 0}) == [0, 0, 0, 1, 0]
+    with pytest.raises(ConfigError, match="expected keys among"):
+        sample_spec(1, coverage_weights={"head": 1.0})
+    with pytest.raises(ConfigError, match="expected a number >= 0"):
+        sample_spec(1, coverage_weights={"chest": float("nan")})
+    with pytest.raises(ConfigError, match="at least one weight > 0"):
+        coverage_probabilities(dict.fromkeys(COVERAGES, 0.0))
 
 
 def test_same_seed_same_phantom_other_seed_differs() -> None:

@@ -23,11 +23,23 @@ from __future__ import annotations
 from segpipe.synthetic.dataset import case_spec, write_dataset
 from segpipe.synthetic.render import Phantom, make_phantom
 from segpipe.synthetic.shapes import TISSUES
-from segpipe.synthetic.spec import COVERAGES, DTYPES, ORIENTATIONS, PADDING_VALUES, PATHOLOGIES, PhantomSpec, sample_spec
+from segpipe.synthetic.spec import (
+    COVERAGE_WEIGHTS,
+    COVERAGES,
+    DTYPES,
+    ORIENTATIONS,
+    PADDING_VALUES,
+    PATHOLOGIES,
+    PhantomSpec,
+    coverage_probabilities,
+    sample_spec,
+)
 
 __all__ = [
     "PhantomSpec",
     "sample_spec",
+    "coverage_probabilities",
+    "COVERAGE_WEIGHTS",
     "make_phantom",
     "Phantom",
     "write_dataset",

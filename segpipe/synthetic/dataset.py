@@ -74,7 +74,8 @@ def write_dataset(
         prefix: Case name prefix (``phantom_000``...).
         on_case: Called as ``on_case(i, image_path, label_path)`` after each case is written.
         **overrides: :class:`~segpipe.synthetic.PhantomSpec` fields fixed for every case
-            (e.g. ``size_xyz=(128, 128, 96)``, ``coverage="chest"``, ``nodules=1.0``).
+            (e.g. ``size_xyz=(128, 128, 96)``, ``coverage="chest"``, ``nodules=1.0``), or
+            ``coverage_weights`` (see :func:`~segpipe.synthetic.sample_spec`).
 
     Returns:
         Path of the written ``dataset.json``.

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from segpipe.errors import ConfigError
 
-__all__ = ["PhantomSpec", "sample_spec", "COVERAGES", "ORIENTATIONS", "DTYPES", "PADDING_VALUES", "PATHOLOGIES"]
+__all__ = ["PhantomSpec", "sample_spec", "coverage_probabilities", "COVERAGES", "COVERAGE_WEIGHTS", "ORIENTATIONS", "DTYPES", "PADDING_VALUES", "PATHOLOGIES"]
 
 #: Body regions a scan can cover (z range), see :class:`PhantomSpec`.
 COVERAGES = ("chest", "chest_abdomen", "neck_pelvis", "lung_bases", "no_lungs")
@@ -19,6 +20,8 @@ ORIENTATIONS = ("LPS", "RAS", "LAS", "LPI")
 DTYPES = ("int16", "float32")
 #: Values scanners write outside the reconstructed circle.
 PADDING_VALUES = (-1024, -2048, -3024)
+#: How often :func:`sample_spec` draws each coverage (mostly chest).
+COVERAGE_WEIGHTS = {"chest": 0.55, "chest_abdomen": 0.17, "neck_pelvis": 0.08, "lung_bases": 0.12, "no_lungs": 0.08}
 #: Pathologies and the probability fields that control them.
 PATHOLOGIES = ("nodules", "consolidation", "ground_glass", "emphysema", "effusion", "collapse")
 
@@ -145,7 +148,32 @@ class PhantomSpec:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
 
 
-def sample_spec(rng: np.random.Generator | int | None = None, **overrides: Any) -> PhantomSpec:
+def coverage_probabilities(weights: Mapping[str, float] | None = None) -> list[float]:
+    """Probabilities of :data:`COVERAGES` (in that order): :data:`COVERAGE_WEIGHTS` with the
+    given weights replacing the defaults, normalised to sum 1.
+
+    Raises:
+        ConfigError: an unknown coverage, a negative or non-finite weight, or all weights 0.
+    """
+    merged = dict(COVERAGE_WEIGHTS)
+    for name, w in (weights or {}).items():
+        if name not in COVERAGE_WEIGHTS:
+            raise ConfigError(f"coverage weights: expected keys among {', '.join(COVERAGES)}, got {name!r}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not np.isfinite(w) or w < 0:
+            raise ConfigError(f"coverage weight of {name}: expected a number >= 0, got {w!r}")
+        merged[name] = float(w)
+    total = sum(merged.values())
+    if total <= 0:
+        raise ConfigError("coverage weights: expected at least one weight > 0, got all 0")
+    return [merged[c] / total for c in COVERAGES]
+
+
+def sample_spec(
+    rng: np.random.Generator | int | None = None,
+    *,
+    coverage_weights: Mapping[str, float] | None = None,
+    **overrides: Any,
+) -> PhantomSpec:
     """Draw a varied, realistic spec; ``overrides`` fix chosen fields.
 
     Draws coverage (mostly chest), in-plane field of view (so 512 x 512 grids get 0.5-1.0 mm
@@ -156,14 +184,21 @@ def sample_spec(rng: np.random.Generator | int | None = None, **overrides: Any) 
     Args:
         rng: Generator or integer seed (None: fresh entropy). The returned spec's ``seed`` is
             drawn from it unless given in ``overrides``.
+        coverage_weights: Relative weights of coverages (keys of :data:`COVERAGES`) that
+            replace the defaults of :data:`COVERAGE_WEIGHTS`; a coverage left out keeps its
+            default weight, 0 never draws it. E.g. ``{"lung_bases": 0.88}`` draws abdominal
+            scans through the lung bases half the time. The same seed draws the same
+            everything else whatever the weights.
         **overrides: Any :class:`PhantomSpec` field.
 
     Returns:
         A validated :class:`PhantomSpec`.
 
     Raises:
-        ConfigError: an override is not a field or has a bad value.
+        ConfigError: an override is not a field or has a bad value, or the coverage weights
+            name an unknown coverage, are negative or are all 0.
     """
+    weights = coverage_probabilities(coverage_weights)
     unknown = set(overrides) - {f.name for f in dataclasses.fields(PhantomSpec)}
     if unknown:
         raise ConfigError(f"phantom spec: expected fields of PhantomSpec, got unknown {sorted(unknown)}")
@@ -175,7 +210,7 @@ def sample_spec(rng: np.random.Generator | int | None = None, **overrides: Any) 
     p = rng.random
     spec: dict[str, Any] = {
         "seed": int(rng.integers(0, 2**31 - 1)),
-        "coverage": str(rng.choice(COVERAGES, p=[0.55, 0.17, 0.08, 0.12, 0.08])),
+        "coverage": str(rng.choice(COVERAGES, p=weights)),
         "fov_mm": float(np.clip(body_w * rng.uniform(1.0, 1.3), 256, 500)),
         "slice_mm": float(rng.choice([0.625, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 5.0],
                                      p=[0.1, 0.08, 0.16, 0.12, 0.08, 0.1, 0.16, 0.1, 0.1])),
