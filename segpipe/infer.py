@@ -59,6 +59,9 @@ _FIT_TRIM_MM = 3.0  # a fine region gives up at most this much margin per side t
 MIN_LUNG_ML = 50.0  # default of LungSegmenter(min_lung_ml=...)
 _CONFIDENT = 0.9  # coarse lung probability that counts towards min_lung_ml
 _AIRWAY_HU = -900.0  # airway lumen on the coarse grid (trachea tracking)
+_GROW_MIN_MM2 = 200.0  # lung on a fine region's face over this area: the lung goes on past it
+_GROW_ROUNDS = 3  # a fine region grows at most this many times (one window row per face each time)
+_FACES = ("x-", "x+", "y-", "y+", "z-", "z+")
 
 
 @dataclass
@@ -160,6 +163,48 @@ def _positions_in(grid: spatial.Geometry, ref: spatial.Geometry) -> list[np.ndar
     direction = np.asarray(ref.GetDirection()).reshape(3, 3)
     shift = direction.T @ (np.asarray(grid.GetOrigin()) - np.asarray(ref.GetOrigin()))
     return [(shift[a] + np.arange(grid.GetSize()[a]) * grid.GetSpacing()[a]) / ref.GetSpacing()[a] for a in range(3)]
+
+
+def _lung_on_faces(lung: np.ndarray, grid: spatial.Geometry, box: spatial.Box, faces: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of ``faces`` of ``box`` the ``(z, y, x)`` lung mask on ``grid`` (canonical
+    directions) covers over more than :data:`_GROW_MIN_MM2`: its outermost planes of voxels
+    inside the box. Only the lungs count (components of at least a fifth of the largest one):
+    bowel gas that the network took for lung is a small island, and is cleared later anyway."""
+    if not faces:
+        return ()
+    corners = spatial._physical_to_index(grid, np.array([box.lo_xyz, box.hi_xyz], float))
+    size = np.asarray(grid.size)
+    first = np.clip(np.ceil(corners.min(0) - 1e-6).astype(int), 0, size - 1)
+    last = np.clip(np.floor(corners.max(0) + 1e-6).astype(int), first, size - 1)
+    inside = lung[first[2]:last[2] + 1, first[1]:last[1] + 1, first[0]:last[0] + 1]
+    spacing = np.asarray(grid.spacing, float)
+
+    def planes(mask: np.ndarray) -> list[str]:
+        out = []
+        for face in faces:
+            axis = "xyz".index(face[0])
+            plane = np.take(mask, 0 if face[1] == "-" else -1, axis=2 - axis)
+            if np.count_nonzero(plane) * float(np.prod(np.delete(spacing, axis))) > _GROW_MIN_MM2:
+                out.append(face)
+        return out
+
+    if not planes(inside):  # the usual case: nothing on any face
+        return ()
+    from segpipe.postprocess import _label, component_sizes
+
+    labels, n = _label(inside)
+    sizes = component_sizes(labels, n)
+    sizes[0] = 0
+    return tuple(planes((sizes >= 0.2 * sizes.max())[labels]))
+
+
+def _reframe(out: np.ndarray, lo: np.ndarray, lo_new: np.ndarray, hi_new: np.ndarray) -> np.ndarray:
+    """``out`` (the canonical grid's voxels from index ``lo``, x y z) copied into a larger
+    frame from ``lo_new`` to ``hi_new``."""
+    new = np.zeros(tuple(int(v) for v in (hi_new - lo_new)[::-1]), out.dtype)
+    d = np.asarray(lo) - np.asarray(lo_new)
+    new[d[2]:d[2] + out.shape[0], d[1]:d[1] + out.shape[1], d[0]:d[0] + out.shape[2]] = out
+    return new
 
 
 def _in_scan(grid: spatial.Geometry, scan: spatial.Geometry) -> np.ndarray:
@@ -399,6 +444,13 @@ class LungSegmenter:
             img = sitk.Cast(img, sitk.sitkFloat32) + float(hu_offset)
         io.check_hu(img, str(image) if isinstance(image, (str, Path)) else "image")
         canonical, code = spatial.to_canonical(img)
+
+        def read_again() -> sitk.Image:
+            """The canonical scan once more (a fine region grew past the part of it kept)."""
+            again = self._as_image(image, spacing, series_uid)
+            if hu_offset:
+                again = sitk.Cast(again, sitk.sitkFloat32) + float(hu_offset)
+            return spatial.to_canonical(again)[0]
         # the scan is ours to drop when this call read, shifted or reoriented it (not the
         # caller's own image): then only the lungs' region of it is kept for the fine stage
         owned = canonical is not image
@@ -462,7 +514,33 @@ class LungSegmenter:
             self._fine_net = self._network("fine", self.device)
             self._fine_net_device = self.device
             for name, box in regions.items():
-                self._segment_lung(source, geometry_c, box, out, offset, notes, context=context[name])
+                ctx, grown = context[name], [0.0] * 6
+                for round_ in range(_GROW_ROUNDS + 1):
+                    faces = self._growable_faces(geometry_c, box, name) if round_ < _GROW_ROUNDS else ()
+                    touched = self._segment_lung(source, geometry_c, box, out, offset, notes, context=ctx, grow=faces)
+                    if not touched:
+                        break
+                    # the lung goes on past the region (the coarse stage missed part of it):
+                    # grow it there by a row of windows and run it again
+                    box, step = self._grow(geometry_c, box, touched)
+                    grown = [g + d for g, d in zip(grown, step)]
+                    ctx = self._one_window_at_least(geometry_c, box)
+                    log.info("the %s fine region grew by %s mm (lung on its faces %s)", name,
+                             [round(d, 1) for d in step], ", ".join(touched))
+                    lo_new, hi_new = spatial.box_index_range(geometry_c, box)
+                    lo_new, hi_new = np.clip(np.minimum(lo, lo_new), 0, size_xyz), np.clip(np.maximum(hi, hi_new), 0, size_xyz)
+                    if np.any(lo_new != lo) or np.any(hi_new != hi):
+                        out = _reframe(out, lo, lo_new, hi_new)
+                        lo, hi, offset = lo_new, hi_new, tuple(int(v) for v in lo_new)
+                    if owned:
+                        c_lo, c_hi = spatial.box_index_range(geometry_c, ctx)
+                        s_lo, s_hi = np.asarray(source_start), np.asarray(source_start) + np.asarray(source.GetSize())
+                        if np.any(np.clip(c_lo, 0, size_xyz) < s_lo) or np.any(np.clip(c_hi, 0, size_xyz) > s_hi):
+                            source, source_start = self._scan_region(
+                                read_again(), np.minimum(s_lo, np.clip(c_lo, 0, size_xyz)), np.maximum(s_hi, np.clip(c_hi, 0, size_xyz)))
+                if any(grown):
+                    fine_regions[name] = {**box.to_dict(), "windows": self._windows(geometry_c, box),
+                                          "grown_mm": dict(zip(_FACES, [round(g, 1) for g in grown]))}
             del self._fine_net
             self._assign_sides(out, offset, source, source_start, coarse_img)
             if self.device.type == "cuda":
@@ -647,14 +725,17 @@ class LungSegmenter:
     def _segment_lung(
         self, source: sitk.Image, canonical: spatial.Geometry, box: spatial.Box, out: np.ndarray,
         offset: tuple[int, int, int], notes: list[str], context: spatial.Box | None = None,
-    ) -> None:
+        grow: tuple[str, ...] = (),
+    ) -> tuple[str, ...]:
         """Fine stage for one lung: crop, resample, sliding window, then the probability of
         "any lung" (1 - background) back onto the crop's region of the original grid; voxels
         above 0.5 are marked in ``out`` (the part of the canonical grid ``canonical`` that
         starts at index ``offset``, x y z; sides are assigned afterwards, from geometry). The
         network reads ``context`` (a larger box around ``box``, when given) and only ``box``
         is written. The voxels come from ``source``: the canonical scan or a region of it that holds the box
-        (:meth:`_scan_region`)."""
+        (:meth:`_scan_region`). ``grow``: faces of ``box`` (``x-`` ... ``z+``) to check; when
+        the lung covers more than :data:`_GROW_MIN_MM2` of one of them nothing is written and
+        the faces are returned (the region is too small), else ``()``."""
         # the box's part of the fine grid of the whole scan (same lattice): the result does
         # not depend on where exactly the box starts, and no original-resolution crop is copied
         lattice = spatial.lattice_grid(canonical, self.fine_mm, context or box)
@@ -682,17 +763,21 @@ class LungSegmenter:
             background[added] = 0.0
             self._dense_ml += float(np.count_nonzero(added)) * float(np.prod(self.fine_mm)) / 1000.0
         pleural = pleural_air((background < 0.5) & inside, hu, self.fine_mm, valid=inside & _in_scan(grid, canonical))
-        del inside
         self._pleural_ml += float(np.count_nonzero(pleural)) * float(np.prod(self.fine_mm)) / 1000.0
         background[pleural] = 1.0
         del hu, pleural
+        # (air around the patient that the network calls lung is cleared later: it does not count)
+        touched = _lung_on_faces((background < 0.5) & inside, grid, box, grow)
+        del inside
+        if touched:
+            return touched
         background = grid.apply(sitk.GetImageFromArray(background))
         _release_freed_memory()  # the window pass's buffers, before the slabs go back to the scan
         start, stop = spatial.box_index_range(canonical, box)
         lo = np.maximum(start, 0)
         hi = np.minimum(stop, np.asarray(canonical.GetSize()))
         if np.any(hi <= lo):
-            return
+            return ()
         # back onto the original grid in slabs of slices: a float copy of the whole crop at the
         # original resolution is never held (it can be several GB for a large scan)
         direction = np.asarray(canonical.GetDirection()).reshape(3, 3)
@@ -710,6 +795,41 @@ class LungSegmenter:
             ox, oy, oz = offset
             region = out[z0 - oz:z1 - oz, lo[1] - oy:hi[1] - oy, lo[0] - ox:hi[0] - ox]
             region[sitk.GetArrayViewFromImage(back) < 0.5] = 1
+        return ()
+
+    def _growable_faces(self, canonical: sitk.Image | spatial.Geometry, box: spatial.Box, name: str) -> tuple[str, ...]:
+        """The faces of a fine region that may grow: those inside the scan, less the medial
+        face of a one-lung region (the other lung lies past it)."""
+        lo, hi = spatial.box_index_range(canonical, box)
+        size = np.asarray(canonical.GetSize())
+        faces = []
+        for axis, letter in enumerate("xyz"):
+            if lo[axis] > 0:
+                faces.append(letter + "-")
+            if hi[axis] < size[axis]:
+                faces.append(letter + "+")
+        medial = {"right": "x+", "left": "x-"}.get(name)  # canonical LPS: x grows toward the patient's left
+        return tuple(f for f in faces if f != medial)
+
+    def _grow(self, canonical: sitk.Image | spatial.Geometry, box: spatial.Box, faces: tuple[str, ...]) -> tuple[spatial.Box, list[float]]:
+        """``box`` grown by one row of fine windows on each of ``faces``, not past the scan;
+        and how far it grew per face (mm, in :data:`_FACES` order)."""
+        geometry = spatial.Geometry.of(canonical) if isinstance(canonical, sitk.Image) else canonical
+        first = spatial.index_to_physical(geometry, np.zeros((1, 3)))[0]
+        last = spatial.index_to_physical(geometry, np.asarray(geometry.size, float)[None] - 1.0)[0]
+        scan_lo, scan_hi = np.minimum(first, last), np.maximum(first, last)
+        lo, hi = np.array(box.lo_xyz, float), np.array(box.hi_xyz, float)
+        step = [0.0] * 6
+        for face in faces:
+            axis = "xyz".index(face[0])
+            row = window_interval(int(self.fine_cfg.patch_xyz[axis]), self._fine_overlap) * self.fine_mm[axis]
+            if face[1] == "-":
+                new = max(lo[axis] - row, min(lo[axis], scan_lo[axis]))
+                step[_FACES.index(face)], lo[axis] = lo[axis] - new, new
+            else:
+                new = min(hi[axis] + row, max(hi[axis], scan_hi[axis]))
+                step[_FACES.index(face)], hi[axis] = new - hi[axis], new
+        return spatial.Box(tuple(float(v) for v in lo), tuple(float(v) for v in hi)), [float(v) for v in step]  # type: ignore[arg-type]
 
     def _scan_region(self, canonical: sitk.Image, lo: np.ndarray, hi: np.ndarray) -> tuple[sitk.Image, tuple[int, int, int]]:
         """The voxels ``lo``..``hi`` (x y z index range, exclusive) of ``canonical`` and its

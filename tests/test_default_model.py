@@ -99,3 +99,36 @@ def test_a_consolidated_lobe_is_added_back_from_the_coarse_stage(segmenter: Lung
     assert d_on >= d_off + 0.05 and d_on > 0.95, (d_on, d_off)
     other = "left" if side == "right" else "right"
     assert metrics.lung_metrics(on.label, phantom.label)[other]["dice"] > 0.95
+
+
+def test_a_region_the_coarse_stage_cut_short_grows_until_the_lung_ends(
+    segmenter: LungSegmenter, chest: tuple[sitk.Image, sitk.Image], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A coarse stage that misses the lower half of both lungs (a real scan unlike the
+    training phantoms) gives boxes that cut the lungs; the fine stage's lung on a region's face
+    grows the region until the lungs end. Without the growth the bases are lost."""
+    import segpipe.infer as infer
+
+    image, label = chest
+    whole = metrics.lung_metrics(segmenter.predict(image), label)
+    lung_boxes = LungSegmenter._lung_boxes
+
+    def cut(self: LungSegmenter, *args: object, **kwargs: object) -> dict[str, spatial.Box]:
+        boxes = lung_boxes(self, *args, **kwargs)
+        out = {}
+        for side, box in boxes.items():
+            lo, hi = list(box.lo_xyz), list(box.hi_xyz)
+            lo[2] = (lo[2] + hi[2]) / 2  # the lower half of the box is gone
+            out[side] = spatial.Box(tuple(lo), tuple(hi))  # type: ignore[arg-type]
+        return out
+
+    monkeypatch.setattr(LungSegmenter, "_lung_boxes", cut)
+    result = segmenter.predict_with_report(image)
+    scores = metrics.lung_metrics(result.label, label)
+    grown = [r["grown_mm"]["z-"] for r in result.report["fine_regions"].values()]
+    assert grown and min(grown) > 0, result.report["fine_regions"]
+    for side in ("right", "left"):
+        assert scores[side]["dice"] > whole[side]["dice"] - 0.005, (scores, whole)
+    monkeypatch.setattr(infer, "_GROW_ROUNDS", 0)
+    short = metrics.lung_metrics(segmenter.predict(image), label)
+    assert short["right"]["dice"] < 0.9 and short["left"]["dice"] < 0.9, short

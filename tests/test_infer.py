@@ -518,3 +518,26 @@ def test_any_lung_is_argmax_not_background() -> None:
     assert not expected[0, 0, 0] and expected[0, 0, 1]
     two = torch.softmax(torch.randn(2, 5, 5, 5, generator=gen), dim=0)  # lung-vs-background models
     np.testing.assert_array_equal(infer.any_lung(two), (two.argmax(0) != 0).numpy())
+
+
+def test_lung_on_a_face_counts_only_for_the_lungs_not_for_small_islands() -> None:
+    from segpipe.infer import _lung_on_faces
+
+    grid = spatial.Geometry((40, 30, 20), (2.0, 2.0, 2.0), (0.0, 0.0, 0.0), tuple(np.eye(3).ravel()))  # type: ignore[arg-type]
+    box = spatial.Box((10.0, 10.0, 10.0), (60.0, 50.0, 30.0))  # voxels x 5..30, y 5..25, z 5..15
+    faces = ("x-", "x+", "y-", "y+", "z-", "z+")
+    lung = np.zeros((20, 30, 40), bool)
+    assert _lung_on_faces(lung, grid, box, faces) == ()
+    lung[5:14, 8:20, 8:28] = True  # reaches the lower z face: 12 x 20 voxels of 4 mm2
+    assert _lung_on_faces(lung, grid, box, faces) == ("z-",)
+    assert _lung_on_faces(lung, grid, box, ("x-", "z+")) == ()  # only the faces asked about
+    front = lung.copy()
+    front[6:14, 5:16, 14:26] = True  # a part of the lung on the y- face: 8 x 12 voxels, 384 mm2
+    assert _lung_on_faces(front, grid, box, faces) == ("y-", "z-")
+    thin = lung.copy()
+    thin[6:14, 5:16, 14:20] = True  # 8 x 6 voxels, 192 mm2: under the area
+    assert _lung_on_faces(thin, grid, box, faces) == ("z-",)
+    island = np.zeros_like(lung)
+    island[6:15, 17:25, 29:31] = True  # on the x+ face, 9 x 8 voxels (288 mm2), apart from the lung
+    assert _lung_on_faces(lung | island, grid, box, faces) == ("z-",)  # under a fifth of the lung
+    assert _lung_on_faces(island, grid, box, faces) == ("x+",)  # alone, it is the lung
