@@ -8,6 +8,9 @@ lungs combined -> postprocess -> original orientation -> exactly the input's geo
 When the two lungs' boxes overlap so much that one sliding window over their union takes
 no more windows than one per box (the usual case: the boxes share the mediastinum), the fine
 stage runs once over the union (report: ``fine_regions``); sides come from geometry either way.
+Where the fine stage's lungs cover a region's face, the coarse stage cut the lung short (a
+scan unlike its training data): that face grows by a row of windows and the region runs again
+(report: ``fine_regions[...]["grown_mm"]``).
 Fat (:func:`segpipe.postprocess.fat_in_lung`), the trachea and main bronchi, and air outside
 the body are never lung. Where aerated lung meets tissue, the edge is moved (by at most
 1.5 mm, in-plane) onto the scan's own air/tissue boundary (:func:`segpipe.postprocess.snap_edges`):
