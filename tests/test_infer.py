@@ -92,13 +92,18 @@ def test_output_geometry_is_exactly_the_input_geometry(model_path: Path, scan: s
     assert set(result.report["timings_s"]) >= {"coarse_s", "fine_s", "total_s"}
 
 
+@pytest.mark.parametrize("grow", [False, True])
 def test_scan_read_by_predict_is_cut_to_the_lungs_region_without_changing_the_mask(
-    model_path: Path, scan: sitk.Image, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    model_path: Path, scan: sitk.Image, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grow: bool
 ) -> None:
     """A scan that predict reads itself is cut to the lungs' region after the coarse stage
     (its memory goes back); the fine stage reads the same voxels, so the mask equals the one
-    from the caller's own image, which is never copied."""
+    from the caller's own image, which is never copied. When a fine region grows past the
+    part kept (this untrained network's lung covers the boxes' faces), the scan is read again
+    and cut anew: the mask is still the same."""
     _force_boxes(monkeypatch)
+    if not grow:
+        monkeypatch.setattr(infer, "_GROW_ROUNDS", 0)
     forced = infer.LungSegmenter._lung_boxes
 
     def smaller(self, *args):  # type: ignore[no-untyped-def]  # boxes well inside this coarse scan
@@ -117,10 +122,14 @@ def test_scan_read_by_predict_is_cut_to_the_lungs_region_without_changing_the_ma
 
     monkeypatch.setattr(infer.LungSegmenter, "_scan_region", spy)
     seg = infer.LungSegmenter.from_file(model_path, device="cpu")
-    from_path = seg.predict(path)
-    assert len(regions) == 1 and np.prod(regions[0]) < 0.8 * np.prod(image.GetSize())
+    from_path = seg.predict_with_report(path)
+    grown = [r for r in from_path.report["fine_regions"].values() if "grown_mm" in r]
+    assert bool(grown) == grow and bool(len(regions) > 1) == grow, (regions, from_path.report["fine_regions"])
+    assert np.prod(regions[0]) < 0.8 * np.prod(image.GetSize())
+    cuts = len(regions)
     from_image = seg.predict(image)
-    assert len(regions) == 1  # the caller's image is not copied
+    assert len(regions) == cuts  # the caller's image is not copied
+    from_path = from_path.label
     assert sitk.GetArrayViewFromImage(from_path).any()
     np.testing.assert_array_equal(sitk.GetArrayViewFromImage(from_path), sitk.GetArrayViewFromImage(from_image))
 
