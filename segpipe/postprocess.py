@@ -434,6 +434,23 @@ def fill_holes(mask: np.ndarray) -> np.ndarray:
     return out
 
 
+def fill_slice_holes(mask: np.ndarray) -> np.ndarray:
+    """Fill what one lung's ``(z, y, x)`` mask encloses within an axial slice (face
+    connectivity): a consolidation's core and the air bronchi in it that the lung rings in
+    that slice but that reach the airways through other slices, so no 3D cavity. A lung
+    never rings anything else in an axial slice: the mediastinum, the hilum and the chest
+    wall all lie at its edge."""
+    mask = np.asarray(mask, dtype=bool)
+    box = _bounding_box(mask, pad=1)
+    if box is None:
+        return mask.copy()
+    sub = mask[box]
+    cross = ndimage.generate_binary_structure(2, 1)
+    out = mask.copy()
+    out[box] = np.stack([ndimage.binary_fill_holes(sl, structure=cross) if sl.any() else sl for sl in sub])
+    return out
+
+
 def _touches(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per component of ``a``: a mask of the components that touch ``b`` (face neighbours).
     Works inside ``a``'s bounding box plus one voxel."""
@@ -549,7 +566,7 @@ def clean_lungs_array(
 
     def whole(i: int) -> np.ndarray:
         value, other = (1, 2) if i == 0 else (2, 1)
-        return fill_holes(kept[value] | (_touches(dropped[other], kept[value]) & ~kept[other]))
+        return fill_slice_holes(fill_holes(kept[value] | (_touches(dropped[other], kept[value]) & ~kept[other])))
 
     filled = map_parallel(whole, 2)
     del kept, dropped

@@ -120,6 +120,23 @@ def test_body_interior_holds_the_lungs_not_the_air_around_the_patient() -> None:
     assert inside[:5][:, body].all()
 
 
+def test_slice_holes_are_filled_even_when_they_open_in_3d() -> None:
+    """A consolidation's core (and the air bronchus through it) that the lung rings in each
+    axial slice is filled, though it runs up to the airways (no 3D cavity); a notch open to
+    the lung's edge within the slice (the hilum, the mediastinum's side) is not."""
+    lung = np.zeros((20, 30, 30), bool)
+    lung[2:18, 5:25, 5:25] = True
+    lung[2:18, 12:18, 12:18] = False  # a core through every slice, open at both ends in 3D
+    lung[2:18, 13:16, 20:30] = False  # and a notch from the lung's edge at x = 24 inwards
+    lung[5:15, 13:16, 19:25] = False
+    assert np.array_equal(postprocess.fill_holes(lung), lung)  # no 3D cavity
+    filled = postprocess.fill_slice_holes(lung)
+    assert filled[10, 14, 14] and filled[2, 14, 14] and filled[17, 14, 14]  # the core, top to bottom
+    assert not filled[10, 14, 22] and not filled[3, 14, 22]  # the notch stays open
+    assert not (filled & ~lung)[:, :, 19:].any()
+    assert np.array_equal(postprocess.fill_slice_holes(np.zeros((3, 4, 5), bool)), np.zeros((3, 4, 5), bool))
+
+
 def test_fill_holes_equals_scipy_with_face_connectivity() -> None:
     from scipy import ndimage
 
