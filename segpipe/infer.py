@@ -812,7 +812,8 @@ class LungSegmenter:
             if hi[axis] < size[axis]:
                 faces.append(letter + "+")
         medial = {"right": "x+", "left": "x-"}.get(name)  # canonical LPS: x grows toward the patient's left
-        return tuple(f for f in faces if f != medial)
+        # and only where the scan goes on (a face within a voxel of its end cannot grow)
+        return tuple(f for f in faces if f != medial and self._grow(canonical, box, (f,))[1][_FACES.index(f)] > 1e-3)
 
     def _grow(self, canonical: sitk.Image | spatial.Geometry, box: spatial.Box, faces: tuple[str, ...]) -> tuple[spatial.Box, list[float]]:
         """``box`` grown by one row of fine windows on each of ``faces``, not past the scan;

@@ -444,10 +444,19 @@ def fill_slice_holes(mask: np.ndarray) -> np.ndarray:
     box = _bounding_box(mask, pad=1)
     if box is None:
         return mask.copy()
-    sub = mask[box]
-    cross = ndimage.generate_binary_structure(2, 1)
+    # the background of every slice labelled at once (no neighbours across slices); the pieces
+    # that do not reach the box's in-plane border are holes (as fill_holes does in 3D)
+    in_plane = np.zeros((3, 3, 3), bool)
+    in_plane[1] = ndimage.generate_binary_structure(2, 1)
+    labels, count = ndimage.label(~mask[box], structure=in_plane)
     out = mask.copy()
-    out[box] = np.stack([ndimage.binary_fill_holes(sl, structure=cross) if sl.any() else sl for sl in sub])
+    if count == 0:
+        return out
+    border = np.concatenate([labels[:, 0].ravel(), labels[:, -1].ravel(), labels[:, :, 0].ravel(), labels[:, :, -1].ravel()])
+    outside = np.zeros(count + 1, bool)
+    outside[border] = True
+    outside[0] = True  # label 0 is the mask itself
+    out[box] |= ~outside[labels]
     return out
 
 

@@ -135,6 +135,15 @@ def test_slice_holes_are_filled_even_when_they_open_in_3d() -> None:
     assert not filled[10, 14, 22] and not filled[3, 14, 22]  # the notch stays open
     assert not (filled & ~lung)[:, :, 19:].any()
     assert np.array_equal(postprocess.fill_slice_holes(np.zeros((3, 4, 5), bool)), np.zeros((3, 4, 5), bool))
+    # the same as scipy's 2D filling slice by slice (face connectivity)
+    rng = np.random.default_rng(3)
+    cross = ndimage.generate_binary_structure(2, 1)
+    for i in range(30):
+        mask = rng.random(tuple(int(v) for v in rng.integers(2, 24, 3))) < rng.uniform(0.2, 0.95)
+        if i % 2:
+            mask = ndimage.binary_opening(mask)
+        expected = np.stack([ndimage.binary_fill_holes(sl, structure=cross) for sl in mask])
+        assert np.array_equal(postprocess.fill_slice_holes(mask), expected), i
 
 
 def test_fill_holes_equals_scipy_with_face_connectivity() -> None:
