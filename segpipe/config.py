@@ -426,6 +426,11 @@ class OptimConfig:
             raise ConfigError("optim: expected warmup_steps >= 0, grad_clip > 0 and max_nonfinite >= 1")
 
 
+def _given(options: Any) -> dict[str, float]:
+    """The fields of an all-optional dataclass that were set (not None)."""
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if getattr(options, f.name) is not None}
+
+
 @dataclass(frozen=True)
 class PhantomPathologyConfig:
     """Per-phantom probability of each pathology in the generated training phantoms
@@ -441,14 +446,13 @@ class PhantomPathologyConfig:
     collapse: float | None = None
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if v is not None and not 0.0 <= v <= 1.0:
-                raise ConfigError(f"data.phantom_pathology.{f.name}: expected a probability in [0, 1], got {v}")
+        for name, v in _given(self).items():
+            if not 0.0 <= v <= 1.0:
+                raise ConfigError(f"data.phantom_pathology.{name}: expected a probability in [0, 1], got {v}")
 
     def overrides(self) -> dict[str, float]:
         """The probabilities that were set, as :func:`segpipe.synthetic.write_dataset` overrides."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+        return _given(self)
 
 
 @dataclass(frozen=True)
@@ -466,10 +470,9 @@ class PhantomCoverageConfig:
     no_lungs: float | None = None
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if v is not None and not (0.0 <= v < float("inf")):
-                raise ConfigError(f"data.phantom_coverage.{f.name}: expected a weight >= 0, got {v}")
+        for name, v in _given(self).items():
+            if not 0.0 <= v < float("inf"):
+                raise ConfigError(f"data.phantom_coverage.{name}: expected a weight >= 0, got {v}")
         if self.weights():
             from segpipe.synthetic.spec import coverage_probabilities
 
@@ -480,7 +483,7 @@ class PhantomCoverageConfig:
 
     def weights(self) -> dict[str, float]:
         """The weights that were set (``coverage_weights`` of :func:`segpipe.synthetic.sample_spec`)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+        return _given(self)
 
 
 @dataclass(frozen=True)
