@@ -107,7 +107,7 @@ def test_a_region_the_coarse_stage_cut_short_grows_until_the_lung_ends(
     """A coarse stage that misses the lower half of both lungs (a real scan unlike the
     training phantoms) gives boxes that cut the lungs; the fine stage's lung on a region's face
     grows the region until the lungs end. Without the growth the bases are lost."""
-    import segpipe.infer as infer
+    from segpipe import infer
 
     image, label = chest
     whole = metrics.lung_metrics(segmenter.predict(image), label)

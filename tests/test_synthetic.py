@@ -11,7 +11,15 @@ import SimpleITK as sitk
 
 from segpipe.cli import main
 from segpipe.errors import ConfigError
-from segpipe.synthetic import COVERAGE_WEIGHTS, COVERAGES, TISSUES, PhantomSpec, coverage_probabilities, make_phantom, sample_spec
+from segpipe.synthetic import (
+    COVERAGE_WEIGHTS,
+    COVERAGES,
+    TISSUES,
+    PhantomSpec,
+    coverage_probabilities,
+    make_phantom,
+    sample_spec,
+)
 
 SMALL = (48, 44, 32)
 
