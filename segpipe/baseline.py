@@ -34,7 +34,7 @@ from scipy import ndimage
 
 from segpipe import io, spatial
 from segpipe.io import validate_image
-from segpipe.postprocess import body_midline_x, component_sizes, split_sides, trachea_seed
+from segpipe.postprocess import body_midline_x, component_sizes, fill_slice_holes, split_sides, trachea_seed
 
 __all__ = ["segment_lungs_classical", "ClassicalSegmenter", "segment_files"]
 
@@ -115,9 +115,7 @@ def segment_lungs_classical(
             lungs &= ~_grow_airways(lungs, smooth, seed, airway_threshold_hu, tuple(reversed(spacing)))
         out = split_sides(lungs, min_fraction=min_fraction, midline_x=body_midline_x(smooth))
         for value in (1, 2):
-            filled = np.zeros_like(out, dtype=bool)
-            for z in range(out.shape[0]):  # per slice: vessels are enclosed in 2D, not in 3D
-                filled[z] = ndimage.binary_fill_holes(out[z] == value)
+            filled = fill_slice_holes(out == value)  # per slice: vessels are enclosed in 2D, not in 3D
             out[filled & (out == 0)] = value
     result = spatial.copy_geometry(out, canonical)
     return spatial.from_canonical(result, image)

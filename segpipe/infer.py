@@ -441,19 +441,22 @@ class LungSegmenter:
         warnings: list[str] = []
         notes: list[str] = []
         t0 = time.perf_counter()
-        img = self._as_image(image, spacing, series_uid)
-        io.validate_image(img, str(image) if isinstance(image, (str, Path)) else "image")
-        if hu_offset:
-            img = sitk.Cast(img, sitk.sitkFloat32) + float(hu_offset)
-        io.check_hu(img, str(image) if isinstance(image, (str, Path)) else "image")
-        canonical, code = spatial.to_canonical(img)
 
-        def read_again() -> sitk.Image:
-            """The canonical scan once more (a fine region grew past the part of it kept)."""
-            again = self._as_image(image, spacing, series_uid)
+        def read(check: bool = False) -> sitk.Image:
+            """The scan with the HU offset applied (checked the first time; read once more
+            when a fine region grows past the part of it kept)."""
+            name = str(image) if isinstance(image, (str, Path)) else "image"
+            scan = self._as_image(image, spacing, series_uid)
+            if check:
+                io.validate_image(scan, name)
             if hu_offset:
-                again = sitk.Cast(again, sitk.sitkFloat32) + float(hu_offset)
-            return spatial.to_canonical(again)[0]
+                scan = sitk.Cast(scan, sitk.sitkFloat32) + float(hu_offset)
+            if check:
+                io.check_hu(scan, name)
+            return scan
+
+        img = read(check=True)
+        canonical, code = spatial.to_canonical(img)
         # the scan is ours to drop when this call read, shifted or reoriented it (not the
         # caller's own image): then only the lungs' region of it is kept for the fine stage
         owned = canonical is not image
@@ -540,7 +543,7 @@ class LungSegmenter:
                         s_lo, s_hi = np.asarray(source_start), np.asarray(source_start) + np.asarray(source.GetSize())
                         if np.any(np.clip(c_lo, 0, size_xyz) < s_lo) or np.any(np.clip(c_hi, 0, size_xyz) > s_hi):
                             source, source_start = self._scan_region(
-                                read_again(), np.minimum(s_lo, np.clip(c_lo, 0, size_xyz)), np.maximum(s_hi, np.clip(c_hi, 0, size_xyz)))
+                                spatial.to_canonical(read())[0], np.minimum(s_lo, np.clip(c_lo, 0, size_xyz)), np.maximum(s_hi, np.clip(c_hi, 0, size_xyz)))
                 if any(grown):
                     fine_regions[name] = {**box.to_dict(), "windows": self._windows(geometry_c, box),
                                           "grown_mm": dict(zip(_FACES, [round(g, 1) for g in grown]))}

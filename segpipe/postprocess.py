@@ -24,6 +24,8 @@ from segpipe import spatial
 __all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways", "fat_in_lung", "clear_fat", "FAT_HU", "snap_edges", "snap_label_edges", "EDGE_HU", "map_parallel", "worker_threads", "pleural_air", "PLEURAL_AIR_HU", "component_sizes", "dense_lung", "DENSE_LUNG_HU"]
 
 _FULL = ndimage.generate_binary_structure(3, 1)
+_IN_PLANE = np.zeros((3, 3, 3), bool)  # face neighbours within an axial slice only
+_IN_PLANE[1] = ndimage.generate_binary_structure(2, 1)
 _CROSS2 = ndimage.generate_binary_structure(2, 1)
 _T = TypeVar("_T")
 _MAX_THREADS = 8
@@ -369,15 +371,15 @@ def snap_label_edges(label: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float
     return sum(map_parallel(one, label.shape[0]))
 
 
-def _label(mask: np.ndarray) -> tuple[np.ndarray, int]:
-    """6-connected components, as uint16 when they fit (half the memory of int32 on large
-    masks), else int32."""
+def _label(mask: np.ndarray, structure: np.ndarray = _FULL) -> tuple[np.ndarray, int]:
+    """Connected components (6-connected by default), as uint16 when they fit (half the
+    memory of int32 on large masks), else int32."""
     try:
         out = np.zeros(mask.shape, np.uint16)
-        n = ndimage.label(mask, structure=_FULL, output=out)
+        n = ndimage.label(mask, structure=structure, output=out)
         return out, int(n)
     except RuntimeError:  # more than 65535 components
-        labels, n = ndimage.label(mask, structure=_FULL)
+        labels, n = ndimage.label(mask, structure=structure)
         return labels, int(n)
 
 
@@ -406,6 +408,26 @@ def largest_component(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keep, mask & ~keep
 
 
+def _fill_enclosed(mask: np.ndarray, structure: np.ndarray, border_axes: tuple[int, ...]) -> np.ndarray:
+    """``mask`` with the background pieces (connected by ``structure``) inside its bounding
+    box plus one voxel filled, except those that reach the box's faces across ``border_axes``:
+    one labelling, not scipy's repeated dilation from the border."""
+    mask = np.asarray(mask, dtype=bool)
+    box = _bounding_box(mask, pad=1)
+    if box is None:
+        return mask.copy()
+    labels, count = _label(~mask[box], structure)
+    out = mask.copy()
+    if count == 0:
+        return out
+    faces = np.concatenate([np.take(labels, end, axis=a).ravel() for a in border_axes for end in (0, -1)])
+    outside = np.zeros(count + 1, bool)
+    outside[faces] = True
+    outside[0] = True  # label 0 is the mask itself
+    out[box] |= ~outside[labels]
+    return out
+
+
 def fill_holes(mask: np.ndarray) -> np.ndarray:
     """Fill cavities enclosed in 3D (e.g. a vessel or nodule missed inside the lung).
 
@@ -414,50 +436,17 @@ def fill_holes(mask: np.ndarray) -> np.ndarray:
     pieces that do not reach the box's faces are holes. Several times faster on a full
     512x512 scan than scipy's repeated dilation from the border.
     """
-    mask = np.asarray(mask, dtype=bool)
-    box = _bounding_box(mask, pad=1)
-    if box is None:
-        return mask.copy()
-    sub = mask[box]
-    labels, count = _label(~sub)
-    out = mask.copy()
-    if count == 0:
-        return out
-    faces = np.concatenate([
-        labels[0].ravel(), labels[-1].ravel(), labels[:, 0].ravel(), labels[:, -1].ravel(),
-        labels[:, :, 0].ravel(), labels[:, :, -1].ravel(),
-    ])
-    outside = np.zeros(count + 1, bool)
-    outside[faces] = True
-    outside[0] = True  # label 0 is the mask itself
-    out[box] |= ~outside[labels]
-    return out
+    return _fill_enclosed(mask, _FULL, (0, 1, 2))
 
 
 def fill_slice_holes(mask: np.ndarray) -> np.ndarray:
-    """Fill what one lung's ``(z, y, x)`` mask encloses within an axial slice (face
-    connectivity): a consolidation's core and the air bronchi in it that the lung rings in
-    that slice but that reach the airways through other slices, so no 3D cavity. A lung
-    never rings anything else in an axial slice: the mediastinum, the hilum and the chest
-    wall all lie at its edge."""
-    mask = np.asarray(mask, dtype=bool)
-    box = _bounding_box(mask, pad=1)
-    if box is None:
-        return mask.copy()
-    # the background of every slice labelled at once (no neighbours across slices); the pieces
-    # that do not reach the box's in-plane border are holes (as fill_holes does in 3D)
-    in_plane = np.zeros((3, 3, 3), bool)
-    in_plane[1] = ndimage.generate_binary_structure(2, 1)
-    labels, count = ndimage.label(~mask[box], structure=in_plane)
-    out = mask.copy()
-    if count == 0:
-        return out
-    border = np.concatenate([labels[:, 0].ravel(), labels[:, -1].ravel(), labels[:, :, 0].ravel(), labels[:, :, -1].ravel()])
-    outside = np.zeros(count + 1, bool)
-    outside[border] = True
-    outside[0] = True  # label 0 is the mask itself
-    out[box] |= ~outside[labels]
-    return out
+    """Fill what a ``(z, y, x)`` mask encloses within each axial slice (face connectivity;
+    the same as ``scipy.ndimage.binary_fill_holes`` slice by slice, with every slice's
+    background labelled at once). For one lung: a consolidation's core and the air bronchi in
+    it that the lung rings in that slice but that reach the airways through other slices, so
+    no 3D cavity (it also fills every 3D cavity). A lung never rings anything else in an axial
+    slice: the mediastinum, the hilum and the chest wall all lie at its edge."""
+    return _fill_enclosed(mask, _IN_PLANE, (1, 2))
 
 
 def _touches(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -575,7 +564,8 @@ def clean_lungs_array(
 
     def whole(i: int) -> np.ndarray:
         value, other = (1, 2) if i == 0 else (2, 1)
-        return fill_slice_holes(fill_holes(kept[value] | (_touches(dropped[other], kept[value]) & ~kept[other])))
+        # (filling within slices fills every 3D cavity too)
+        return fill_slice_holes(kept[value] | (_touches(dropped[other], kept[value]) & ~kept[other]))
 
     filled = map_parallel(whole, 2)
     del kept, dropped
@@ -670,12 +660,7 @@ def body_interior(hu_zyx: np.ndarray, threshold_hu: float = -500.0, *, slack_vox
     patient, the out-of-field padding and gaps under the table are not). Lungs never lie
     outside it, so a "lung" there (outside air next to the patient) is a false positive.
     ``slack_voxels`` grows the region (face neighbours) for partial volume at the skin."""
-    tissue = hu_zyx > threshold_hu
-    out = np.zeros(tissue.shape, bool)
-    cross = ndimage.generate_binary_structure(2, 1)
-    for z in range(tissue.shape[0]):
-        if tissue[z].any():
-            out[z] = ndimage.binary_fill_holes(tissue[z], structure=cross)
+    out = fill_slice_holes(hu_zyx > threshold_hu)
     if slack_voxels:
         out = ndimage.binary_dilation(out, structure=_FULL, iterations=slack_voxels)
     return out
