@@ -234,7 +234,11 @@ def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, floa
     of any thickness whose surface meets vessel-free air just outside the mask is a
     pneumothorax too (:func:`_air_along_pleural_air`). Each pocket found is grown by
     :data:`_PLEURAL_GROW_MM` into its partial-volume rim (below :data:`_PLEURAL_GROW_HU`), then
-    cut on the lung's own edge (:func:`_air_side_of_edge`). ``valid`` (same shape, optional)
+    cut on the lung's own edge (:func:`_air_side_of_edge`). Where the mask meets such air outside
+    it (a pneumothorax the network left out), the mask's voxels next to it that are more air than
+    lung go too, up to :data:`_PLEURAL_GROW_MM` deep (:func:`_shell_on_pleural_air`): the
+    partial-volume shell a thick-slice scan puts between a collapsed lung and its
+    pneumothorax, too light for the HU test above. ``valid`` (same shape, optional)
     marks where air outside the mask may count as pleural: inside the body and inside the scan
     (a grid that reaches past the scan's end holds made-up air there). Returns the mask of
     voxels to take out of the lung."""
@@ -247,25 +251,56 @@ def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, floa
         return out
     m = lung[box]
     smooth = ndimage.gaussian_filter(np.asarray(hu[box], np.float32), [_PLEURAL_SMOOTH_MM / s for s in sp_zyx], mode="nearest")
-    air = m & (smooth < PLEURAL_AIR_HU)
     voxel_ml = float(np.prod(sp_zyx)) / 1000.0
-    if np.count_nonzero(air) * voxel_ml < _PLEURAL_MIN_ML:  # the usual case: no pocket can be that large
-        return out
+    steps = max(1, int(round(_PLEURAL_GROW_MM / min(sp_zyx))))
     outside_air = ~m & (smooth < PLEURAL_AIR_HU)
     if valid is not None:
         outside_air &= np.asarray(valid, bool)[box]
-    found = _air_pockets(m, air, sp_zyx, voxel_ml) | _air_along_pleural_air(m, air, outside_air, sp_zyx, voxel_ml)
-    if not found.any():
-        return out
-    steps = max(1, int(round(_PLEURAL_GROW_MM / min(sp_zyx))))
-    found = ndimage.binary_dilation(found, structure=_FULL, iterations=steps, mask=m & (smooth < _PLEURAL_GROW_HU))
-    # what is left of the mask next to a pocket only as a thin shell (the partial-volume rim
-    # between the air and the chest wall or the diaphragm) goes with it: lung is never that thin
-    rest = m & ~found
-    near = ndimage.binary_dilation(found, structure=_FULL, iterations=steps)
-    found |= near & rest & ~ndimage.binary_opening(rest, structure=_FULL)
-    out[box] = found | _air_side_of_edge(m & ~found, found, hu[box], sp_zyx)
+    found = np.zeros(m.shape, bool)
+    air = m & (smooth < PLEURAL_AIR_HU)
+    if np.count_nonzero(air) * voxel_ml >= _PLEURAL_MIN_ML:  # (usually not: then no pocket can be that large)
+        found = _air_pockets(m, air, sp_zyx, voxel_ml) | _air_along_pleural_air(m, air, outside_air, sp_zyx, voxel_ml)
+    del air
+    if found.any():
+        found = ndimage.binary_dilation(found, structure=_FULL, iterations=steps, mask=m & (smooth < _PLEURAL_GROW_HU))
+        # what is left of the mask next to a pocket only as a thin shell (the partial-volume rim
+        # between the air and the chest wall or the diaphragm) goes with it: lung is never that thin
+        rest = m & ~found
+        near = ndimage.binary_dilation(found, structure=_FULL, iterations=steps)
+        found |= near & rest & ~ndimage.binary_opening(rest, structure=_FULL)
+        found |= _air_side_of_edge(m & ~found, found, hu[box], sp_zyx)
+    found |= _shell_on_pleural_air(m & ~found, outside_air, hu[box], sp_zyx, voxel_ml)
+    out[box] = found
     return out
+
+
+def _shell_on_pleural_air(rest: np.ndarray, outside_air: np.ndarray, hu: np.ndarray, sp_zyx: tuple[float, ...],
+                          voxel_ml: float) -> np.ndarray:
+    """Rule 3 of :func:`pleural_air`: the voxels of the mask ``rest`` that are more air than
+    lung (:func:`_more_air_than_lung`), within :data:`_PLEURAL_GROW_MM` of a body of
+    vessel-free air outside the mask of at least :data:`_PLEURAL_MIN_ML` that the mask touches
+    (a pneumothorax the network left out), and joined to it through such voxels. Lung never
+    touches such air: the chest wall, the diaphragm or a bronchial or bulla wall lies between
+    them; the airways and the air around the patient are not in ``outside_air``."""
+    touching = outside_air & _face_neighbour_of(rest)
+    if not touching.any():  # the usual case
+        return np.zeros(rest.shape, bool)
+    labels, n = ndimage.label(outside_air, structure=_FULL)
+    big = component_sizes(labels, n) * voxel_ml >= _PLEURAL_MIN_ML
+    big[0] = False
+    if not big[np.unique(labels[touching])].any():
+        return np.zeros(rest.shape, bool)
+    air = big[labels]
+    del labels
+    # within reach (mm, not voxel layers: an oblique shell is as deep as a straight one) and
+    # joined to the air through air-like voxels
+    reach = ndimage.distance_transform_edt(~air, sampling=sp_zyx) <= _PLEURAL_GROW_MM
+    shell = reach & _more_air_than_lung(rest, hu, sp_zyx)
+    labels, n = ndimage.label(shell | air, structure=_FULL)
+    joined = np.zeros(n + 1, bool)
+    joined[np.unique(labels[air])] = True
+    joined[0] = False
+    return shell & joined[labels]
 
 
 DENSE_LUNG_HU = -300.0  # denser than this (smoothed): consolidated or collapsed lung, not aerated
@@ -319,11 +354,10 @@ def dense_lung(lung: np.ndarray, prior: np.ndarray, hu: np.ndarray, spacing_xyz:
     return out
 
 
-def _air_side_of_edge(rest: np.ndarray, found: np.ndarray, hu: np.ndarray, sp_zyx: tuple[float, ...]) -> np.ndarray:
-    """The voxels of ``rest`` (the lung kept) next to the pleural air ``found`` that are more
-    air than lung: lightly smoothed HU below the midpoint between air (-1000) and the lung a
-    few mm deeper (dense collapsed lung at -400 puts it at -700, aerated lung at -870 at
-    -935). Two voxel layers at most."""
+def _more_air_than_lung(rest: np.ndarray, hu: np.ndarray, sp_zyx: tuple[float, ...]) -> np.ndarray:
+    """The voxels of ``rest`` (the lung kept) that are more air than lung: lightly smoothed HU
+    below the midpoint between air (-1000) and the lung a few mm deeper (dense collapsed lung
+    at -400 puts it at -700, aerated lung at -870 at -935)."""
     sigma = [_PLEURAL_SMOOTH_MM / s for s in sp_zyx]
     deep = ndimage.binary_erosion(rest, _ellipsoid(tuple(2.0 / s for s in sp_zyx)))
     if not deep.any():
@@ -332,8 +366,13 @@ def _air_side_of_edge(rest: np.ndarray, found: np.ndarray, hu: np.ndarray, sp_zy
     level = ndimage.gaussian_filter(np.where(deep, hu, 0).astype(np.float32), [3 * s for s in sigma], mode="constant")
     level /= np.maximum(ndimage.gaussian_filter(deep.astype(np.float32), [3 * s for s in sigma], mode="constant"), 1e-3)
     light = ndimage.gaussian_filter(hu, [0.5 * s for s in sigma], mode="nearest")
-    airy = rest & (light < (level - 1000.0) / 2)
-    return ndimage.binary_dilation(found, structure=_FULL, iterations=2, mask=airy) & ~found
+    return rest & (light < (level - 1000.0) / 2)
+
+
+def _air_side_of_edge(rest: np.ndarray, found: np.ndarray, hu: np.ndarray, sp_zyx: tuple[float, ...]) -> np.ndarray:
+    """The voxels of ``rest`` (the lung kept) next to the pleural air ``found`` that are more
+    air than lung (:func:`_more_air_than_lung`). Two voxel layers at most."""
+    return ndimage.binary_dilation(found, structure=_FULL, iterations=2, mask=_more_air_than_lung(rest, hu, sp_zyx)) & ~found
 
 
 def clear_fat(label: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float]) -> int:

@@ -486,6 +486,42 @@ def test_pleural_air_takes_a_thin_shell_of_pneumothorax_around_a_collapsed_lung(
     assert not pleural_air(mask, hu, (1.0, 1.0, 1.0), valid=np.zeros_like(mask)).any()
 
 
+def test_pleural_air_takes_a_partial_volume_shell_next_to_a_pneumothorax_left_out() -> None:
+    """A thick-slice scan: the 4 mm of pneumothorax the network kept around a collapsed lung
+    read -930 HU, not -1000 (partial volume), too light for the vessel-free air test. The shell
+    goes because it is more air than lung and touches the pneumothorax the network left out;
+    without that air outside the mask (not valid) nothing is taken."""
+    from segpipe.postprocess import _PLEURAL_GROW_MM, PLEURAL_AIR_HU, pleural_air
+
+    rng = np.random.default_rng(4)
+    n = 90
+    d = np.sqrt(((np.indices((n, n, n)) + 0.5 - n / 2) ** 2).sum(0)).astype(np.float32)  # 1 mm voxels
+    lung, mask, cavity = d < 20.0, d < 24.0, d < 40.0
+    hu = np.where(cavity, -1000.0, 40.0).astype(np.float32)
+    hu[mask] = -930.0
+    hu[lung] = -450.0
+    hu += rng.normal(0, 15, hu.shape).astype(np.float32)
+    shell = mask & ~lung
+    assert 24.0 - 20.0 <= _PLEURAL_GROW_MM and (ndimage.gaussian_filter(hu, 1.0)[shell] < PLEURAL_AIR_HU).mean() < 0.01
+    found = pleural_air(mask, hu, (1.0, 1.0, 1.0))
+    assert (found & shell).sum() >= 0.95 * shell.sum()
+    assert (found & lung).sum() <= 0.01 * lung.sum()
+    assert not pleural_air(mask, hu, (1.0, 1.0, 1.0), valid=~cavity).any()
+
+
+def test_pleural_air_leaves_lung_around_a_bulla_left_out_alone() -> None:
+    """The network left a walled bulla (vessel-free air, > 10 mL) out of its mask: air outside
+    the mask that the mask touches, but behind a wall; aerated lung next to it is not air-like
+    enough to go (at most the wall's partial-volume rim)."""
+    from segpipe.postprocess import pleural_air
+
+    cavity, _, hu = _chest_with_pleural_air(pneumothorax=False, bulla=True)
+    bulla = cavity & (hu < -975) & ndimage.binary_erosion(hu < -500, iterations=2)
+    mask = cavity & ~ndimage.binary_dilation(bulla, iterations=2)
+    found = pleural_air(mask, hu, (1.5, 1.5, 1.5))
+    assert found.sum() <= 0.002 * mask.sum()
+
+
 @pytest.mark.parametrize("dtype", [np.uint16, np.int32])
 def test_component_sizes_count_like_bincount(dtype: type) -> None:
     from segpipe.postprocess import component_sizes
