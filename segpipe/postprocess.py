@@ -647,6 +647,12 @@ def _split_single(mask: np.ndarray) -> np.ndarray:
     return out
 
 
+def _left_share(mask: np.ndarray, midline_x: float) -> float:
+    """Share of a ``(z, y, x)`` mask's voxels on the patient's left of ``midline_x`` (x index)."""
+    counts = mask.sum(axis=(0, 1))
+    return float(counts[np.arange(counts.size) > midline_x].sum()) / max(1, int(counts.sum()))
+
+
 def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None) -> np.ndarray:
     """Label a lung mask by side from geometry alone: 1 right, 2 left.
 
@@ -657,7 +663,9 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
 
     With ``midline_x`` (the body's middle, in x index units), a single component that lies
     almost entirely on one side of it (less than 10% of its voxels across) is one lung, sided
-    by that position: a scan with one lung is not cut in two.
+    by that position: a scan with one lung is not cut in two. Then a second component smaller
+    than ``min_fraction`` of the largest still counts as the other lung when the two lie
+    almost entirely on opposite sides of it: a collapsed lung beside a whole one.
     """
     labels, n = _label(lungs)
     out = np.zeros(lungs.shape, np.uint8)
@@ -667,6 +675,11 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     sizes[0] = 0
     order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
     big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
+    if len(big) < 2 and len(order) >= 2 and midline_x is not None:
+        # a small lung (collapsed, or cut by the scan's end) across the midline from a whole one
+        shares = [_left_share(labels == i, midline_x) for i in order[:2]]
+        if min(shares) < 0.1 and max(shares) > 0.9:
+            big = order[:2]
     if len(big) >= 2:
         a, b = big[0], big[1]
         right, left = (a, b) if np.nonzero(labels == a)[2].mean() < np.nonzero(labels == b)[2].mean() else (b, a)
@@ -675,9 +688,7 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     else:
         single = labels == big[0]
         if midline_x is not None:
-            xs = np.nonzero(single.any(axis=(0, 1)))[0]
-            counts = single.sum(axis=(0, 1))
-            left_share = counts[xs[xs > midline_x]].sum() / max(1, counts.sum())
+            left_share = _left_share(single, midline_x)
             if left_share < 0.1 or left_share > 0.9:
                 out[single] = 2 if left_share > 0.5 else 1
                 return out

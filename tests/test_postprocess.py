@@ -104,6 +104,24 @@ def test_a_single_lung_is_not_cut_in_two() -> None:
     assert postprocess.body_midline_x(hu) == pytest.approx(19.5)
 
 
+def test_a_collapsed_lung_beside_a_whole_one_is_kept() -> None:
+    """A right lung of 8% of the left one (below min_fraction): with the midline it is the
+    right lung (the two lie on opposite sides); a piece that straddles the midline, or a
+    call without the midline, stays dropped."""
+    lungs = _lungs() == 2
+    collapsed = np.zeros_like(lungs)
+    collapsed[8:12, 12:17, 6:11] = True  # 100 voxels against the left lung's 14 x 20 x 14
+    assert collapsed.sum() < 0.15 * lungs.sum()
+    sides = postprocess.split_sides(lungs | collapsed, midline_x=19.5)
+    assert (sides[collapsed] == 1).all() and (sides[lungs] == 2).all()
+    assert not postprocess.split_sides(lungs | collapsed)[collapsed].any()
+    across = np.zeros_like(lungs)
+    across[8:12, 12:17, 16:23] = True  # on the midline, touching nothing
+    across[:, :, 23:] = False
+    sides = postprocess.split_sides((lungs & (np.arange(40) >= 26)) | across, midline_x=19.5)
+    assert not sides[across].any()
+
+
 def test_body_interior_holds_the_lungs_not_the_air_around_the_patient() -> None:
     hu = np.full((6, 60, 80), -1000.0, np.float32)  # air all around
     yy, xx = np.mgrid[:60, :80]
