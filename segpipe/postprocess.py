@@ -151,6 +151,7 @@ _PLEURAL_MIN_AIR_SHARE = 0.3  # share of thin air's surface next to air outside 
 _PLEURAL_EDGE_MM = 3.0  # "on the edge": this close to the outside of the lung mask
 _PLEURAL_GROW_MM = 4.5  # reach into the partial-volume rim of a pocket
 _PLEURAL_GROW_HU = -900.0  # the rim grown into: darker than any aerated lung
+_PLEURAL_MIN_CONTACT_MM2 = 300.0  # a pneumothorax the network left out meets the mask over more than a bronchus's lumen
 
 
 def _ellipsoid(radii_vox: tuple[float, ...]) -> np.ndarray:
@@ -278,29 +279,40 @@ def _shell_on_pleural_air(rest: np.ndarray, outside_air: np.ndarray, hu: np.ndar
                           voxel_ml: float) -> np.ndarray:
     """Rule 3 of :func:`pleural_air`: the voxels of the mask ``rest`` that are more air than
     lung (:func:`_more_air_than_lung`), within :data:`_PLEURAL_GROW_MM` of a body of
-    vessel-free air outside the mask of at least :data:`_PLEURAL_MIN_ML` that the mask touches
-    (a pneumothorax the network left out), and joined to it through such voxels. Lung never
-    touches such air: the chest wall, the diaphragm or a bronchial or bulla wall lies between
-    them; the airways and the air around the patient are not in ``outside_air``."""
+    vessel-free air outside the mask (at least :data:`_PLEURAL_MIN_ML`) that the mask touches
+    over more than :data:`_PLEURAL_MIN_CONTACT_MM2` (a pneumothorax the network left out, not
+    the lumen of a bronchus the mask ends in), and joined to it through such voxels. Lung
+    never touches such air: the chest wall, the diaphragm or a bulla's wall lies between them;
+    the trachea, the main bronchi and the air around the patient are not in ``outside_air``."""
+    none = np.zeros(rest.shape, bool)
     touching = outside_air & _face_neighbour_of(rest)
     if not touching.any():  # the usual case
-        return np.zeros(rest.shape, bool)
+        return none
     labels, n = ndimage.label(outside_air, structure=_FULL)
-    big = component_sizes(labels, n) * voxel_ml >= _PLEURAL_MIN_ML
-    big[0] = False
-    if not big[np.unique(labels[touching])].any():
-        return np.zeros(rest.shape, bool)
-    air = big[labels]
+    face_mm2 = (voxel_ml * 1000.0) ** (2.0 / 3.0)
+    keep = (component_sizes(labels, n) * voxel_ml >= _PLEURAL_MIN_ML) & (
+        np.bincount(labels[touching], minlength=n + 1) * face_mm2 > _PLEURAL_MIN_CONTACT_MM2)
+    keep[0] = False
+    if not keep.any():
+        return none
+    air = keep[labels]
     del labels
+    # the shell lies along the contact: only that part of the box is searched (with room for
+    # the lung level behind the shell, see _more_air_than_lung)
+    pad = [int(np.ceil((_PLEURAL_GROW_MM + 6.0 * _PLEURAL_SMOOTH_MM) / s)) + 1 for s in sp_zyx]
+    box = _bounding_box(touching & air, pad=0)
+    box = tuple(slice(max(b.start - p, 0), b.stop + p) for b, p in zip(box, pad))  # type: ignore[union-attr]
+    air_b = air[box]
     # within reach (mm, not voxel layers: an oblique shell is as deep as a straight one) and
     # joined to the air through air-like voxels
-    reach = ndimage.distance_transform_edt(~air, sampling=sp_zyx) <= _PLEURAL_GROW_MM
-    shell = reach & _more_air_than_lung(rest, hu, sp_zyx)
-    labels, n = ndimage.label(shell | air, structure=_FULL)
+    reach = ndimage.distance_transform_edt(~air_b, sampling=sp_zyx) <= _PLEURAL_GROW_MM
+    shell = reach & _more_air_than_lung(rest[box], hu[box], sp_zyx)
+    labels, n = ndimage.label(shell | air_b, structure=_FULL)
     joined = np.zeros(n + 1, bool)
-    joined[np.unique(labels[air])] = True
+    joined[np.unique(labels[air_b])] = True
     joined[0] = False
-    return shell & joined[labels]
+    none[box] = shell & joined[labels]
+    return none
 
 
 DENSE_LUNG_HU = -300.0  # denser than this (smoothed): consolidated or collapsed lung, not aerated
