@@ -508,7 +508,8 @@ def test_pleural_air_takes_a_partial_volume_shell_next_to_a_pneumothorax_left_ou
     """A thick-slice scan: the 4 mm of pneumothorax the network kept around a collapsed lung
     read -930 HU, not -1000 (partial volume), too light for the vessel-free air test. The shell
     goes because it is more air than lung and touches the pneumothorax the network left out;
-    without that air outside the mask (not valid) nothing is taken."""
+    without that air outside the mask (not valid) nothing is taken, nor next to the lumen of a
+    bronchus the mask ends in."""
     from segpipe.postprocess import _PLEURAL_GROW_MM, PLEURAL_AIR_HU, pleural_air
 
     rng = np.random.default_rng(4)
@@ -525,6 +526,21 @@ def test_pleural_air_takes_a_partial_volume_shell_next_to_a_pneumothorax_left_ou
     assert (found & shell).sum() >= 0.95 * shell.sum()
     assert (found & lung).sum() <= 0.01 * lung.sum()
     assert not pleural_air(mask, hu, (1.0, 1.0, 1.0), valid=~cavity).any()
+    # a bronchus (16 mm lumen, 19 mL of air outside the mask, inside the lung's box) that the
+    # mask ends in, its 6 mm branch going on inside the mask: that lumen is air too, but the
+    # contact is a bronchus's cross-section (2 cm2), not a pleura
+    hu = np.full((160, 60, 60), 40.0, np.float32)
+    mask = np.zeros(hu.shape, bool)
+    mask[100:, 5:55, 5:55] = True
+    mask[5:, 5:55, 48:55] = True  # lung beside the bronchus as well
+    hu[mask] = -860.0
+    z, y, x = np.indices(hu.shape)
+    r2 = (y - 30) ** 2 + (x - 25) ** 2
+    hu[(r2 < 8**2) & (z < 100)] = -1000.0
+    hu[(r2 < 3**2) & (z >= 100) & (z < 130)] = -1000.0
+    hu += rng.normal(0, 15, hu.shape).astype(np.float32)
+    assert ((r2 < 8**2) & (z < 100)).sum() / 1000 > 10
+    assert not pleural_air(mask, hu, (1.0, 1.0, 1.0)).any()
 
 
 def test_pleural_air_leaves_lung_around_a_bulla_left_out_alone() -> None:
