@@ -324,7 +324,8 @@ def _single_stage(seg: Any, path: Path, resample: str) -> Any:
     )
     background = probs[0].numpy().copy()  # a copy, so the other channels can go
     del probs
-    background[pleural_air(background < 0.5, hu, seg.fine_mm)] = 1.0  # a pneumothorax is not lung, as in the cascade
+    # a pneumothorax is not lung, as in the cascade (which counts only air inside the body as pleural)
+    background[pleural_air(background < 0.5, hu, seg.fine_mm, valid=body_interior(hu))] = 1.0
     sides = split_sides((background < 0.5) & body_interior(hu, slack_voxels=1), midline_x=body_midline_x(hu))
     del hu
     back = spatial.resample_to_reference(
