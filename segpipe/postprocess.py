@@ -284,17 +284,17 @@ def _shell_on_pleural_air(rest: np.ndarray, outside_air: np.ndarray, hu: np.ndar
     the lumen of a bronchus the mask ends in), and joined to it through such voxels. Lung
     never touches such air: the chest wall, the diaphragm or a bulla's wall lies between them;
     the trachea, the main bronchi and the air around the patient are not in ``outside_air``."""
-    none = np.zeros(rest.shape, bool)
+    out = np.zeros(rest.shape, bool)
     touching = outside_air & _face_neighbour_of(rest)
     if not touching.any():  # the usual case
-        return none
+        return out
     labels, n = ndimage.label(outside_air, structure=_FULL)
     face_mm2 = (voxel_ml * 1000.0) ** (2.0 / 3.0)
     keep = (component_sizes(labels, n) * voxel_ml >= _PLEURAL_MIN_ML) & (
         np.bincount(labels[touching], minlength=n + 1) * face_mm2 > _PLEURAL_MIN_CONTACT_MM2)
     keep[0] = False
     if not keep.any():
-        return none
+        return out
     air = keep[labels]
     del labels
     # the shell lies along the contact: only that part of the box is searched (with room for
@@ -311,8 +311,8 @@ def _shell_on_pleural_air(rest: np.ndarray, outside_air: np.ndarray, hu: np.ndar
     joined = np.zeros(n + 1, bool)
     joined[np.unique(labels[air_b])] = True
     joined[0] = False
-    none[box] = shell & joined[labels]
-    return none
+    out[box] = shell & joined[labels]
+    return out
 
 
 DENSE_LUNG_HU = -300.0  # denser than this (smoothed): consolidated or collapsed lung, not aerated
