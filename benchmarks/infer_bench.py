@@ -312,7 +312,7 @@ def _single_stage(seg: Any, path: Path, resample: str) -> Any:
     from segpipe import io, spatial
     from segpipe.infer import sliding_window_probs
     from segpipe.postprocess import (
-        body_interior, body_midline_x, clean_lungs, clear_fat, pleural_air, snap_label_edges, split_sides,
+        body_interior, body_midline_x, clean_lungs, clear_fat, pleural_air, skin_slack, snap_label_edges, split_sides,
     )
 
     img = io.read_image(path)
@@ -325,8 +325,10 @@ def _single_stage(seg: Any, path: Path, resample: str) -> Any:
     background = probs[0].numpy().copy()  # a copy, so the other channels can go
     del probs
     # a pneumothorax is not lung, as in the cascade (which counts only air inside the body as pleural)
-    background[pleural_air(background < 0.5, hu, seg.fine_mm, valid=body_interior(hu))] = 1.0
-    sides = split_sides((background < 0.5) & body_interior(hu, slack_voxels=1), midline_x=body_midline_x(hu))
+    body = body_interior(hu)
+    background[pleural_air(background < 0.5, hu, seg.fine_mm, valid=body)] = 1.0
+    sides = split_sides((background < 0.5) & skin_slack(body), midline_x=body_midline_x(hu))
+    del body
     del hu
     back = spatial.resample_to_reference(
         spatial.copy_geometry(sides, fine),

@@ -539,11 +539,11 @@ class LungSegmenter:
                         out = _reframe(out, lo, lo_new, hi_new)
                         lo, hi, offset = lo_new, hi_new, tuple(int(v) for v in lo_new)
                     if owned:
-                        c_lo, c_hi = spatial.box_index_range(geometry_c, ctx)
+                        c_lo, c_hi = (np.clip(v, 0, size_xyz) for v in spatial.box_index_range(geometry_c, ctx))
                         s_lo, s_hi = np.asarray(source_start), np.asarray(source_start) + np.asarray(source.GetSize())
-                        if np.any(np.clip(c_lo, 0, size_xyz) < s_lo) or np.any(np.clip(c_hi, 0, size_xyz) > s_hi):
+                        if np.any(c_lo < s_lo) or np.any(c_hi > s_hi):
                             source, source_start = self._scan_region(
-                                spatial.to_canonical(read())[0], np.minimum(s_lo, np.clip(c_lo, 0, size_xyz)), np.maximum(s_hi, np.clip(c_hi, 0, size_xyz)))
+                                spatial.to_canonical(read())[0], np.minimum(s_lo, c_lo), np.maximum(s_hi, c_hi))
                 if any(grown):
                     fine_regions[name] = {**box.to_dict(), "windows": self._windows(geometry_c, box),
                                           "grown_mm": dict(zip(_FACES, [round(g, 1) for g in grown]))}
@@ -692,7 +692,7 @@ class LungSegmenter:
         on the predicted lung), never from which class the network picked; a side with less
         than ``min_lung_ml`` of ``confident`` voxels counts as absent. The sided coarse mask is
         kept in ``self._coarse_sides``, the body mask in ``self._coarse_body``."""
-        from segpipe.postprocess import body_interior, body_midline_x, split_sides
+        from segpipe.postprocess import body_interior, body_midline_x, skin_slack, split_sides
 
         hu = sitk.GetArrayViewFromImage(coarse_img)
         # a lung lies inside the body: "lung" in the air around the patient is dropped (one
@@ -700,7 +700,7 @@ class LungSegmenter:
         # the fine stage's lungs must lie inside the body itself (no slack: the chest wall is
         # thicker than a coarse voxel), the coarse lungs within one voxel of it (partial volume)
         self._coarse_body = body_interior(hu)
-        sides = split_sides((coarse_lung > 0) & body_interior(hu, slack_voxels=1), midline_x=body_midline_x(hu))
+        sides = split_sides((coarse_lung > 0) & skin_slack(self._coarse_body), midline_x=body_midline_x(hu))
         voxel_ml = spatial.voxel_volume_ml(coarse_img)
         sure = (coarse_lung > 0) if confident is None else confident
         for value in (1, 2):

@@ -722,10 +722,14 @@ def body_interior(hu_zyx: np.ndarray, threshold_hu: float = -500.0, *, slack_vox
     patient, the out-of-field padding and gaps under the table are not). Lungs never lie
     outside it, so a "lung" there (outside air next to the patient) is a false positive.
     ``slack_voxels`` grows the region (face neighbours) for partial volume at the skin."""
-    out = fill_slice_holes(hu_zyx > threshold_hu)
-    if slack_voxels:
-        out = ndimage.binary_dilation(out, structure=_FULL, iterations=slack_voxels)
-    return out
+    return skin_slack(fill_slice_holes(hu_zyx > threshold_hu), slack_voxels)
+
+
+def skin_slack(body: np.ndarray, voxels: int = 1) -> np.ndarray:
+    """A body mask from :func:`body_interior` grown by ``voxels`` (face neighbours), for
+    partial volume at the skin (the same as ``body_interior(hu, slack_voxels=voxels)``
+    without filling the slices again)."""
+    return ndimage.binary_dilation(body, structure=_FULL, iterations=voxels) if voxels else body
 
 
 def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]) -> tuple[int, np.ndarray] | None:
