@@ -753,7 +753,7 @@ class LungSegmenter:
         hu = sitk.GetArrayFromImage(fine)
         del fine  # only its geometry is needed from here on
         # only the background channel is needed: lung = 1 - background
-        from segpipe.postprocess import dense_lung, pleural_air
+        from segpipe.postprocess import dense_lung, dense_to_wall, pleural_air
 
         background = self._fine_with_fallback(hu, notes).numpy()
         # a pneumothorax inside the network's lung is taken out (it is air outside the lung);
@@ -766,6 +766,8 @@ class LungSegmenter:
                 default_value=0.0, output_pixel_type=sitk.sitkFloat32))
             added = dense_lung(background < 0.5, prior, hu, self.fine_mm, allowed=inside)
             del prior
+            if added.any():  # and its rim against the ribs, which neither stage calls lung
+                added |= dense_to_wall(added, background < 0.5, hu, self.fine_mm, self._body_centre_on(grid), allowed=inside)
             background[added] = 0.0
             self._dense_ml += float(np.count_nonzero(added)) * float(np.prod(self.fine_mm)) / 1000.0
         pleural = pleural_air((background < 0.5) & inside, hu, self.fine_mm, valid=inside & _in_scan(grid, canonical))
@@ -858,6 +860,27 @@ class LungSegmenter:
         index = [np.clip(np.round(pos).astype(int), 0, coarse.size[a] - 1) for a, pos in enumerate(_positions_in(grid, coarse))]
         inside = self._coarse_body & ~self._coarse_airways
         return inside[np.ix_(index[2], index[1], index[0])]
+
+    def _body_centre_on(self, grid: spatial.Geometry) -> np.ndarray:
+        """Per slice of ``grid`` (canonical directions, as the coarse grid), the centre of the
+        coarse stage's body mask in that slice as a ``(y, x)`` voxel index of ``grid``:
+        ``(Z, 2)`` float. Slices without body take the nearest slice's centre."""
+        body = self._coarse_body
+        coarse = self._coarse_geometry
+        zz, yy, xx = np.nonzero(body)
+        nz = body.shape[0]
+        if len(zz) == 0:  # no body found: the middle of the coarse grid
+            centre = np.tile([(body.shape[1] - 1) / 2, (body.shape[2] - 1) / 2], (nz, 1))
+        else:
+            count = np.bincount(zz, minlength=nz).astype(float)
+            has = count > 0
+            centre = np.stack([np.bincount(zz, yy, nz), np.bincount(zz, xx, nz)], axis=1)[has] / count[has, None]
+            slices = np.arange(nz)
+            centre = np.stack([np.interp(slices, slices[has], centre[:, k]) for k in range(2)], axis=1)
+        pos = _positions_in(grid, coarse)  # x, y, z: continuous coarse index of each voxel of grid
+        k = np.clip(np.round(pos[2]).astype(int), 0, nz - 1)
+        scale = [coarse.GetSpacing()[a] / grid.GetSpacing()[a] for a in range(3)]
+        return np.stack([(centre[k, 0] - pos[1][0]) * scale[1], (centre[k, 1] - pos[0][0]) * scale[0]], axis=1)
 
     def _assign_sides(
         self, out: np.ndarray, offset: tuple[int, int, int], source: sitk.Image, source_start: tuple[int, int, int],

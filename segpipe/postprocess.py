@@ -21,7 +21,7 @@ from scipy import ndimage
 
 from segpipe import spatial
 
-__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways", "fat_in_lung", "clear_fat", "FAT_HU", "snap_edges", "snap_label_edges", "EDGE_HU", "map_parallel", "worker_threads", "pleural_air", "PLEURAL_AIR_HU", "component_sizes", "dense_lung", "DENSE_LUNG_HU"]
+__all__ = ["largest_component", "fill_holes", "check_sides", "clean_lungs", "clean_lungs_array", "split_sides", "side_boundary", "body_midline_x", "body_interior", "trachea_seed", "track_airways", "fat_in_lung", "clear_fat", "FAT_HU", "snap_edges", "snap_label_edges", "EDGE_HU", "map_parallel", "worker_threads", "pleural_air", "PLEURAL_AIR_HU", "component_sizes", "dense_lung", "dense_to_wall", "DENSE_LUNG_HU"]
 
 _FULL = ndimage.generate_binary_structure(3, 1)
 _IN_PLANE = np.zeros((3, 3, 3), bool)  # face neighbours within an axial slice only
@@ -363,6 +363,110 @@ def dense_lung(lung: np.ndarray, prior: np.ndarray, hu: np.ndarray, spacing_xyz:
         return out
     found = keep[labels]
     out[box] = found & _touches(found, lung[box])
+    return out
+
+
+_WALL_REACH_MM = 20.0  # how far a consolidation is followed out to the chest wall
+_WALL_HU = (-20.0, 80.0)  # lightly smoothed HU of consolidated lung (fat, air and bone are outside)
+_WALL_SMOOTH_MM = 1.0  # Gaussian sigma before the HU test
+_RIB_HU = 200.0  # smoothed HU of rib (cortical and cancellous bone)
+_RIB_SLAB_MM = 5.0  # ribs within this height above or below a slice bound it (they run obliquely)
+_RIB_MARGIN_MM = 3.0  # the lung ends this far inside the ribs' inner surface (pleura, fascia, innermost muscle)
+_WALL_SHELL_MM = 15.0  # along the wall: within this distance of the ribs' inner surface
+_RIB_BINS = 120  # angular bins of the rib cage's inner radius around the body's axis
+
+
+def dense_to_wall(added: np.ndarray, lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float],
+                  centre_yx: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
+    """The outer rim of a consolidation that reaches the chest wall, which :func:`dense_lung`
+    leaves out.
+
+    Against the ribs a consolidated lobe is as dense as the chest wall's muscle: only the ribs
+    and a thin extrapleural fat line bound it. The coarse stage's 4 mm mask of such a lobe
+    stops 10-15 mm short of them and the fine stage calls the rim wall. The dense lung
+    ``added`` (found by :func:`dense_lung`, ``(z, y, x)``) grows, at most
+    :data:`_WALL_REACH_MM` and only through voxels outside ``lung`` whose lightly smoothed HU
+    lies in :data:`_WALL_HU` (fat, air and bone stop it) and that lie inside the rib cage
+    (:data:`_RIB_MARGIN_MM` within its inner surface, from the ribs within
+    :data:`_RIB_SLAB_MM` above or below, farther from the body's axis than the consolidation):
+
+    1. within each axial slice, *away* from the body's axis (``centre_yx``: per slice, the
+       body's centre as a ``(y, x)`` voxel index of this grid): never inwards, where the
+       diaphragm, heart and mediastinum meet a consolidation with the same density;
+    2. from what step 1 added, up and down along the wall (within :data:`_WALL_SHELL_MM` of the
+       ribs): the costophrenic recess beside the liver dome, below the coarse stage's lobe.
+
+    ``allowed`` (optional) limits where it may grow (inside the body, outside the airways).
+    Returns the voxels to add (not ``added`` itself)."""
+    added = np.asarray(added, bool)
+    out = np.zeros(added.shape, bool)
+    sp_zyx = tuple(float(s) for s in reversed(spacing_xyz))
+    reach = [int(np.ceil(_WALL_REACH_MM / s)) for s in sp_zyx[1:]]
+    box = _bounding_box(added)
+    if box is None:
+        return out
+    # the growth's reach, and as far again beyond it for the ribs that bound it
+    look = [int(np.ceil(2 * _WALL_REACH_MM / s)) for s in sp_zyx[1:]]
+    slab = int(np.ceil(_RIB_SLAB_MM / sp_zyx[0]))
+    nz = added.shape[0]
+    rz = int(np.ceil(_WALL_REACH_MM / sp_zyx[0]))  # the second step follows the wall up and down
+    box = (slice(max(box[0].start - rz, 0), min(box[0].stop + rz, nz)),) + box[1:]
+    outer = (slice(max(box[0].start - slab, 0), min(box[0].stop + slab, nz)),) + tuple(
+        slice(max(b.start - r, 0), min(b.stop + r, n)) for b, r, n in zip(box[1:], look, added.shape[1:]))
+    inner = slice(box[0].start - outer[0].start, box[0].stop - outer[0].start)  # the seed's slices within outer
+    box = (box[0],) + outer[1:]
+    seed = added[box]
+    smooth = ndimage.gaussian_filter(np.asarray(hu[outer], np.float32), [0.0] + [_WALL_SMOOTH_MM / s for s in sp_zyx[1:]],
+                                     mode="nearest")
+    # ribs run obliquely: those within a slab above and below a slice bound it
+    rib = ndimage.maximum_filter1d(smooth > _RIB_HU, size=2 * slab + 1, axis=0, mode="constant")[inner]
+    smooth = smooth[inner]
+    grow = (smooth > _WALL_HU[0]) & (smooth < _WALL_HU[1]) & ~np.asarray(lung, bool)[box]
+    if allowed is not None:
+        grow &= np.asarray(allowed, bool)[box]
+    # distance from the body's axis and direction around it
+    dy = (np.arange(box[1].start, box[1].stop, dtype=np.float32)[None, :, None]
+          - np.asarray(centre_yx, np.float32)[box[0], 0, None, None]) * sp_zyx[1]
+    dx = (np.arange(box[2].start, box[2].stop, dtype=np.float32)[None, None, :]
+          - np.asarray(centre_yx, np.float32)[box[0], 1, None, None]) * sp_zyx[2]
+    radius = np.hypot(dy, dx)
+    sector = ((np.arctan2(dy, dx) + np.pi) * (_RIB_BINS / (2 * np.pi))).astype(np.int32) % _RIB_BINS
+    del dy, dx
+    # outwards only: not nearer the axis than the nearest seed voxel of the same slice
+    far = max(seed.shape) * 1e3 * max(sp_zyx)  # the nearest seed voxel is always in the slice itself
+    _, index = ndimage.distance_transform_edt(~seed, sampling=(far, sp_zyx[1], sp_zyx[2]), return_indices=True)
+    seed_radius = radius[tuple(index)]
+    del index
+    # the rib cage around it: bone farther out than the seed (not the spine, nor an enhancing
+    # vessel, nearer the axis)
+    rib_radius = _rib_cage_radius(rib & (radius > seed_radius), radius, sector)[np.arange(seed.shape[0])[:, None, None], sector]
+    near_wall = grow & (radius < rib_radius - _RIB_MARGIN_MM) & (radius > rib_radius - _WALL_SHELL_MM)
+    grow &= (radius < rib_radius - _RIB_MARGIN_MM) & (radius >= seed_radius)
+    del rib_radius, seed_radius
+    steps = int(np.ceil(_WALL_REACH_MM / min(sp_zyx[1:])))
+    grown = ndimage.binary_dilation(seed, structure=_IN_PLANE, iterations=steps, mask=grow | seed)
+    rim = grown & ~seed
+    if rim.any():  # then along the wall, up and down (the costophrenic recess beside the liver)
+        steps = int(np.ceil(_WALL_REACH_MM / min(sp_zyx)))
+        grown |= ndimage.binary_dilation(rim, structure=_FULL, iterations=steps, mask=near_wall | rim)
+    del rim, near_wall
+    out[box] = grown & ~seed
+    return out
+
+
+def _rib_cage_radius(rib: np.ndarray, radius: np.ndarray, sector: np.ndarray) -> np.ndarray:
+    """Per slice and sector around the body's axis, the inner radius (mm) of the rib cage: the
+    nearest ``rib`` voxel's ``radius`` in the sector, interpolated around the circle across
+    sectors with no rib; ``(Z, _RIB_BINS)``. A slice with no rib at all gets 0 (nothing lies
+    inside it)."""
+    nz = rib.shape[0]
+    out = np.full((nz, _RIB_BINS), np.inf, np.float32)
+    z = np.broadcast_to(np.arange(nz)[:, None, None], rib.shape)
+    np.minimum.at(out, (z[rib], sector[rib]), radius[rib])
+    angles = np.arange(_RIB_BINS)
+    for k in range(nz):
+        seen = np.isfinite(out[k])
+        out[k] = np.interp(angles, angles[seen], out[k, seen], period=_RIB_BINS) if seen.any() else 0.0
     return out
 
 

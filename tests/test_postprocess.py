@@ -611,3 +611,64 @@ def test_dense_lung_leaves_a_clean_lung_and_unsure_regions_alone() -> None:
     assert not dense_lung(cavity & ~lower, 0.85 * prior, hu, (1.5, 1.5, 1.5)).any()
     # dense but not touching the lung mask (an organ the coarse stage mistook): not lung
     assert not dense_lung(np.zeros_like(cavity), prior, hu, (1.5, 1.5, 1.5)).any()
+
+
+def _consolidation_against_the_ribs(spacing: float = 1.5) -> dict[str, np.ndarray]:
+    """Axial slices through a chest: muscle (45 HU) around and between the ribs (arcs of bone
+    at 100-106 mm from the axis, 20 degrees long with 10 degree gaps, turning with height as
+    ribs run obliquely), aerated lung inside them out to 97 mm, a heart of 40 HU in the middle,
+    and a consolidation (40 HU) in the lung's lateral wedge out to the wall. ``lung``: the
+    aerated lung; ``core``: the consolidation out to 84 mm, which the coarse stage found;
+    ``rim``: the rest of it, out to the wall."""
+    rng = np.random.default_rng(5)
+    n = (24, int(260 / spacing), int(260 / spacing))
+    z, y, x = (np.indices(n) + 0.5).astype(np.float32) * spacing
+    r = np.hypot(y - 130.0, x - 130.0)
+    angle = np.degrees(np.arctan2(y - 130.0, x - 130.0)) % 360
+    body = r < 125
+    ribs = body & (r >= 100) & (r < 106) & (((angle + 1.5 * z) % 30) < 20)
+    heart = r < 35
+    cavity = (r < 97) & (r > 38)
+    wedge = cavity & ((angle < 30) | (angle > 330)) & (r > 45)
+    core = wedge & (r < 84)
+    hu = np.full(n, -1000.0, np.float32)
+    hu[body] = 45.0
+    hu[ribs] = 450.0
+    hu[cavity] = -850.0
+    hu[wedge] = 40.0
+    hu[heart] = 40.0
+    hu += rng.normal(0, 15, n).astype(np.float32)
+    centre = np.full((n[0], 2), (n[1] - 1) / 2, np.float32)
+    return {"hu": hu, "lung": cavity & ~wedge, "core": core, "rim": wedge & ~core, "body": body, "heart": heart,
+            "cavity": cavity, "r": r, "centre": centre}
+
+
+def test_dense_to_wall_follows_a_consolidation_out_to_the_ribs() -> None:
+    """The coarse stage's mask of a consolidation stops 13 mm short of the ribs: the rest of
+    it, out to the ribs, is added; the muscle between and outside the ribs (the same density)
+    is not, nor the heart (the same density, nearer the body's axis)."""
+    from segpipe.postprocess import dense_to_wall
+
+    c = _consolidation_against_the_ribs()
+    out = dense_to_wall(c["core"], c["lung"], c["hu"], (1.5, 1.5, 1.5), c["centre"], allowed=c["body"])
+    assert (out & c["rim"]).sum() >= 0.85 * c["rim"].sum()
+    assert not (out & c["heart"]).any()
+    assert not (out & (c["lung"] | c["core"])).any()
+    assert (out & ~c["cavity"]).sum() <= 0.02 * c["rim"].sum()  # the ribs' blurred inner edge, at most
+
+
+def test_dense_to_wall_needs_ribs_and_stops_at_fat() -> None:
+    """Without ribs around it (an abdominal slice) nothing is added; extrapleural fat between
+    the consolidation and the ribs stops it (the lung ends there)."""
+    from segpipe.postprocess import dense_to_wall
+
+    c = _consolidation_against_the_ribs()
+    hu = c["hu"].copy()
+    hu[hu > 300] = 45.0  # no ribs: muscle only
+    assert not dense_to_wall(c["core"], c["lung"], hu, (1.5, 1.5, 1.5), c["centre"], allowed=c["body"]).any()
+    hu = c["hu"].copy()
+    fat = c["rim"] & (c["r"] > 88)
+    hu[fat] = -100.0
+    out = dense_to_wall(c["core"], c["lung"], hu, (1.5, 1.5, 1.5), c["centre"], allowed=c["body"])
+    assert (out & c["rim"] & ~fat).sum() >= 0.85 * (c["rim"] & ~fat).sum()
+    assert not (out & (c["r"] > 88)).any()
