@@ -637,6 +637,7 @@ def _consolidation_against_the_ribs(spacing: float = 1.5) -> dict[str, np.ndarra
     hu[cavity] = -850.0
     hu[wedge] = 40.0
     hu[heart] = 40.0
+    hu[heart & (r > 20) & (r < 30) & ((angle < 10) | (angle > 350))] = 300.0  # an enhancing vessel, not a rib
     hu += rng.normal(0, 15, n).astype(np.float32)
     centre = np.full((n[0], 2), (n[1] - 1) / 2, np.float32)
     return {"hu": hu, "lung": cavity & ~wedge, "core": core, "rim": wedge & ~core, "body": body, "heart": heart,
@@ -655,6 +656,25 @@ def test_dense_to_wall_follows_a_consolidation_out_to_the_ribs() -> None:
     assert not (out & c["heart"]).any()
     assert not (out & (c["lung"] | c["core"])).any()
     assert (out & ~c["cavity"]).sum() <= 0.02 * c["rim"].sum()  # the ribs' blurred inner edge, at most
+
+
+def test_dense_to_wall_follows_the_wall_down_into_the_recess() -> None:
+    """Below the lobe the coarse stage found, the liver dome (120 HU, contrast) fills the
+    middle and the consolidated lung only the recess between it and the ribs: the recess is
+    added up to the reach below the lobe, the liver is not."""
+    from segpipe.postprocess import dense_to_wall
+
+    c = _consolidation_against_the_ribs()
+    below = np.arange(c["hu"].shape[0])[:, None, None] < 12
+    liver = below & c["core"]
+    hu = c["hu"].copy()
+    hu[liver] += 80.0
+    core = c["core"] & ~below
+    out = dense_to_wall(core, c["lung"], hu, (1.5, 1.5, 1.5), c["centre"], allowed=c["body"])
+    recess = c["rim"] & below
+    assert (out & recess).sum() >= 0.8 * recess.sum()
+    assert not (out & liver).any()
+    assert (out & ~c["cavity"]).sum() <= 0.02 * c["rim"].sum()
 
 
 def test_dense_to_wall_needs_ribs_and_stops_at_fat() -> None:
