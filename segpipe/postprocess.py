@@ -401,7 +401,6 @@ def dense_to_wall(added: np.ndarray, lung: np.ndarray, hu: np.ndarray, spacing_x
     added = np.asarray(added, bool)
     out = np.zeros(added.shape, bool)
     sp_zyx = tuple(float(s) for s in reversed(spacing_xyz))
-    reach = [int(np.ceil(_WALL_REACH_MM / s)) for s in sp_zyx[1:]]
     box = _bounding_box(added)
     if box is None:
         return out
@@ -413,7 +412,7 @@ def dense_to_wall(added: np.ndarray, lung: np.ndarray, hu: np.ndarray, spacing_x
     box = (slice(max(box[0].start - rz, 0), min(box[0].stop + rz, nz)),) + box[1:]
     outer = (slice(max(box[0].start - slab, 0), min(box[0].stop + slab, nz)),) + tuple(
         slice(max(b.start - r, 0), min(b.stop + r, n)) for b, r, n in zip(box[1:], look, added.shape[1:]))
-    inner = slice(box[0].start - outer[0].start, box[0].stop - outer[0].start)  # the seed's slices within outer
+    inner = slice(box[0].start - outer[0].start, box[0].stop - outer[0].start)  # box's slices within outer
     box = (box[0],) + outer[1:]
     seed = added[box]
     smooth = ndimage.gaussian_filter(np.asarray(hu[outer], np.float32), [0.0] + [_WALL_SMOOTH_MM / s for s in sp_zyx[1:]],

@@ -475,6 +475,30 @@ def test_a_region_thinner_than_a_window_reads_one_window_of_context(model_path: 
     assert seg._one_window_at_least(scan, roomy) == roomy
 
 
+def test_body_centre_on_a_fine_grid_is_the_same_physical_point() -> None:
+    """``_body_centre_on`` (the body's axis per slice of a fine region, for dense_to_wall):
+    each fine slice gets the centre of the coarse body's slice it lies in, as an index of the
+    fine grid that names the same physical point; a coarse slice without body takes the
+    nearest slice's centre."""
+    from types import SimpleNamespace
+
+    coarse = spatial.Geometry((30, 20, 10), (4.0, 4.0, 5.0), (-60.0, -40.0, 100.0), (1.0, 0, 0, 0, 1.0, 0, 0, 0, 1.0))
+    body = np.zeros((10, 20, 30), bool)
+    for z in range(8):  # a body whose centre moves 1 coarse voxel in x per slice; slices 8-9 empty
+        body[z, 5:11, 3 + z:13 + z] = True  # centre (y, x) index (7.5, 7.5 + z)
+    fine = spatial.Geometry((40, 30, 25), (1.5, 1.5, 1.5), (-50.3, -31.1, 101.2), coarse.direction)
+    seg = SimpleNamespace(_coarse_geometry=coarse, _coarse_body=body)
+    got = infer.LungSegmenter._body_centre_on(seg, fine)  # type: ignore[arg-type]
+    assert got.shape == (25, 2)
+    for k in range(25):
+        z_mm = fine.origin[2] + k * 1.5
+        kc = min(int(round((z_mm - coarse.origin[2]) / 5.0)), 9)
+        cy, cx = 7.5, 7.5 + min(kc, 7)  # slices 8-9 take slice 7's centre
+        y_mm, x_mm = coarse.origin[1] + cy * 4.0, coarse.origin[0] + cx * 4.0
+        assert got[k, 0] == pytest.approx((y_mm - fine.origin[1]) / 1.5)
+        assert got[k, 1] == pytest.approx((x_mm - fine.origin[0]) / 1.5)
+
+
 def test_coarse_body_lookup_on_a_fine_grid_is_nearest_neighbour_resampling() -> None:
     """``_inside_on`` (the coarse body less airways, looked up on a fine region's grid for the
     pleural-air step) gives what SimpleITK's nearest-neighbour resampling gives."""
