@@ -11,7 +11,7 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -300,8 +300,7 @@ def _shell_on_pleural_air(rest: np.ndarray, outside_air: np.ndarray, hu: np.ndar
     # the shell lies along the contact: only that part of the box is searched (with room for
     # the lung level behind the shell, see _more_air_than_lung)
     pad = [int(np.ceil((_PLEURAL_GROW_MM + 6.0 * _PLEURAL_SMOOTH_MM) / s)) + 1 for s in sp_zyx]
-    box = _bounding_box(touching & air, pad=0)
-    box = tuple(slice(max(b.start - p, 0), b.stop + p) for b, p in zip(box, pad))  # type: ignore[union-attr]
+    box = _bounding_box(touching & air, pad=pad)
     air_b = air[box]
     # within reach (mm, not voxel layers: an oblique shell is as deep as a straight one) and
     # joined to the air through air-like voxels
@@ -401,19 +400,13 @@ def dense_to_wall(added: np.ndarray, lung: np.ndarray, hu: np.ndarray, spacing_x
     added = np.asarray(added, bool)
     out = np.zeros(added.shape, bool)
     sp_zyx = tuple(float(s) for s in reversed(spacing_xyz))
-    box = _bounding_box(added)
+    # the growth's reach up and down (step 2), and in-plane as far again beyond it for the ribs
+    box = _bounding_box(added, pad=[int(np.ceil(r * _WALL_REACH_MM / s)) for r, s in zip((1, 2, 2), sp_zyx)])
     if box is None:
         return out
-    # the growth's reach, and as far again beyond it for the ribs that bound it
-    look = [int(np.ceil(2 * _WALL_REACH_MM / s)) for s in sp_zyx[1:]]
     slab = int(np.ceil(_RIB_SLAB_MM / sp_zyx[0]))
-    nz = added.shape[0]
-    rz = int(np.ceil(_WALL_REACH_MM / sp_zyx[0]))  # the second step follows the wall up and down
-    box = (slice(max(box[0].start - rz, 0), min(box[0].stop + rz, nz)),) + box[1:]
-    outer = (slice(max(box[0].start - slab, 0), min(box[0].stop + slab, nz)),) + tuple(
-        slice(max(b.start - r, 0), min(b.stop + r, n)) for b, r, n in zip(box[1:], look, added.shape[1:]))
+    outer = (slice(max(box[0].start - slab, 0), min(box[0].stop + slab, added.shape[0])),) + box[1:]  # + ribs above, below
     inner = slice(box[0].start - outer[0].start, box[0].stop - outer[0].start)  # box's slices within outer
-    box = (box[0],) + outer[1:]
     seed = added[box]
     smooth = ndimage.gaussian_filter(np.asarray(hu[outer], np.float32), [0.0] + [_WALL_SMOOTH_MM / s for s in sp_zyx[1:]],
                                      mode="nearest")
@@ -627,12 +620,15 @@ def _touches(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def _bounding_box(mask: np.ndarray, pad: int = 0) -> tuple[slice, ...] | None:
-    """Slices of ``mask``'s bounding box grown by ``pad`` voxels (clipped); None when empty."""
+def _bounding_box(mask: np.ndarray, pad: int | Sequence[int] = 0) -> tuple[slice, ...] | None:
+    """Slices of ``mask``'s bounding box grown by ``pad`` voxels (one number, or one per axis),
+    clipped to the array; None when empty."""
     nonzero = [np.flatnonzero(mask.any(axis=tuple(a for a in range(mask.ndim) if a != ax))) for ax in range(mask.ndim)]
     if any(len(n) == 0 for n in nonzero):
         return None
-    return tuple(slice(max(int(n[0]) - pad, 0), int(n[-1]) + 1 + pad) for n in nonzero)
+    pads = [int(pad)] * mask.ndim if np.isscalar(pad) else [int(p) for p in pad]  # type: ignore[union-attr]
+    return tuple(slice(max(int(n[0]) - p, 0), min(int(n[-1]) + 1 + p, size))
+                 for n, p, size in zip(nonzero, pads, mask.shape))
 
 
 def _sides_swapped(array: np.ndarray, reference: sitk.Image | spatial.Geometry, offset_xyz: tuple[int, int, int]) -> list[str]:
