@@ -304,6 +304,7 @@ def test_consolidation_fades_through_a_ground_glass_rim(rich) -> None:
     assert np.median(img[aerated]) + 150 < np.median(img[shell]) < -400
 
 
+@pytest.mark.slow
 def test_lobar_consolidation_ends_on_a_fissure() -> None:
     """Across seeds both kinds occur, and a lobar consolidation is cut by its fissure planes:
     all its voxels lie on the lobe's side of each (the plane's normal points out of the lobe)."""
