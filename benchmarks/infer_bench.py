@@ -8,7 +8,7 @@ child, cross-checked with the child's own ``VmHWM``):
     stage on one lung crop at a time).
 (b) ``single``: what a plain MONAI pipeline does with the same fine network: resample the
     whole scan to the fine spacing, sliding window over all of it (the fine stage's patch,
-    overlap, window batch and Gaussian blending, :func:`segpipe.infer.sliding_window_probs`),
+    overlap, window batch and Gaussian blending, :func:`segpipe.model.sliding_window_probs`),
     lung where P(background) < 0.5 (the cascade's rule) less pleural air
     (:func:`segpipe.postprocess.pleural_air`, as the cascade), lungs kept inside the body and sided
     from geometry (:func:`segpipe.postprocess.split_sides`, as the cascade's coarse stage),
@@ -310,7 +310,7 @@ def _single_stage(seg: Any, path: Path, resample: str) -> Any:
     import SimpleITK as sitk
 
     from segpipe import io, spatial
-    from segpipe.infer import sliding_window_probs
+    from segpipe.model import sliding_window_probs
     from segpipe.postprocess import (
         body_interior, body_midline_x, clean_lungs, clear_fat, pleural_air, skin_slack, snap_label_edges, split_sides,
     )
@@ -397,7 +397,7 @@ def _worker(args: argparse.Namespace) -> None:
         seg = LungSegmenter.from_file(args.model, device=args.device)
         if args.worker == "single":
             from segpipe.device import for_inference
-            from segpipe.network import build_network
+            from segpipe.model import build_network
 
             net = build_network(seg.fine_cfg.network)
             net.load_state_dict(seg.weights["fine"])

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from segpipe.device import autocast, resolve_device
-from segpipe.infer import DEFAULT_MODEL, LungSegmenter
-from segpipe.network import build_network
+from segpipe.infer import LungSegmenter
+from segpipe.model import DEFAULT_MODEL, build_network
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,7 @@ from segpipe.config import NetworkConfig
 from segpipe.device import autocast, resolve_device
 from segpipe.memory import estimate_network, format_size, measure_step
 from segpipe.memory.estimate import _dice_ce_loss  # the loss the estimator assumes
-from segpipe.network import UNet3D
+from segpipe.model import UNet3D
 
 SETTINGS = [("baseline", "none", False), ("checkpointing", "all", False), ("amp", "none", True), ("both", "all", True)]
 

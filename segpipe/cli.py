@@ -184,9 +184,10 @@ def _add_memory(sub: argparse._SubParsersAction) -> None:
     def run(args: argparse.Namespace) -> int:
         import torch
 
-        from segpipe import memory, network
+        from segpipe import memory
         from segpipe.config import NetworkConfig
         from segpipe.device import resolve_device
+        from segpipe.model import network
 
         cfg = network.load_network_config(args.config) if args.config else NetworkConfig()
         ckpt = args.checkpointing
@@ -246,8 +247,9 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reserved", default="512MiB", metavar="SIZE", help="memory for the CUDA context (default 512MiB)")
 
     def run(args: argparse.Namespace) -> int:
-        from segpipe import memory, network
+        from segpipe import memory
         from segpipe.config import NetworkConfig
+        from segpipe.model import network
 
         cfg = network.load_network_config(args.config) if args.config else NetworkConfig()
         plan = memory.plan_training(

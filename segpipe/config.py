@@ -62,7 +62,7 @@ class SpacingConfig:
 
 @dataclass(frozen=True)
 class NetworkConfig:
-    """Shape of a 3D UNet (see :mod:`segpipe.network`).
+    """Shape of a 3D UNet (see :mod:`segpipe.model.network`).
 
     Args:
         in_channels: input channels (1 for CT).
@@ -298,7 +298,7 @@ class IntensityConfig:
 @dataclass(frozen=True)
 class AugmentConfig:
     """Patch augmentation. Left-right mirroring swaps labels 1 and 2 (see
-    :func:`segpipe.data.mirror_left_right`); other axes' flips are off: anatomy is not
+    :func:`segpipe.train.data.mirror_left_right`); other axes' flips are off: anatomy is not
     symmetric front-back or head-feet. ``lung_shift_hu`` moves the HU of the lung voxels only
     (inspiration depth, emphysema: real lungs range from about -800 to -950 HU).
     ``lowres_zoom`` simulates a coarser scan (MONAI ``RandSimulateLowResolution``: down by a

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import SimpleITK as sitk
 
-from segpipe import data, io, spatial
+from segpipe import io, spatial
+from segpipe.model import normalise_hu
+from segpipe.train import data
 from tests.conftest import make_volume
 
 
@@ -244,7 +246,7 @@ def test_dense_fraction_centres_patches_on_dense_lung(tmp_path: Path) -> None:
         vol = data.CachedVolume(tmp_path / "i.npy", tmp_path / "l.npy", image.shape, (spacing,) * 3, (0.0, 0.0, 0.0))
         ds = data.PatchDataset([vol], (8, 8, 8), 60, window, fg_fraction=1.0, dense_fraction=dense, seed=1)
         items = [ds[i] for i in range(len(ds))]
-        centre = np.asarray([float(it["image"][0, 4, 4, 4]) for it in items]) > data.normalise_hu(np.array(-300.0), window)
+        centre = np.asarray([float(it["image"][0, 4, 4, 4]) for it in items]) > normalise_hu(np.array(-300.0), window)
         in_lung = np.asarray([int(it["label"][4, 4, 4]) for it in items]) > 0
         dense_share[spacing, dense] = (np.mean(centre & in_lung), np.mean(centre & ~in_lung))
     lung_share, wall_share = dense_share[3.0, 1.0]
@@ -303,7 +305,8 @@ def test_low_resolution_augmentation_blurs_edges_and_keeps_labels() -> None:
     lbl[:, :, :16] = 1
     off = dict(rotate_deg=0, scale=(1.0, 1.0), intensity_shift_hu=0, intensity_scale=0, noise_hu=0, blur_sigma_mm=0,
                lung_shift_hu=(0.0, 0.0))
-    out, out_lbl = data.augment_patch(img, lbl, AugmentConfig(probability=1.0, lowres_zoom=(0.25, 0.3), **off), np.random.default_rng(0))
+    cfg = AugmentConfig(probability=1.0, lowres_zoom=(0.25, 0.3), **off)
+    out, out_lbl = data.augment_patch(img, lbl, cfg, np.random.default_rng(0))
     assert out.shape == img.shape and out.dtype == np.float32 and np.array_equal(out_lbl, lbl)
     # a sharp edge becomes a ramp of several voxels; far from it the values stay
     profile = out[16, 16]

@@ -22,7 +22,7 @@ from segpipe.memory import (
     plan_training,
     write_plan_config,
 )
-from segpipe.network import UNet3D, load_network_config
+from segpipe.model import UNet3D, load_network_config
 
 GiB = 2**30
 

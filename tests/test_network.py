@@ -11,7 +11,7 @@ from segpipe.config import NetworkConfig
 from segpipe.device import CPU_BF16_ENV, amp_dtype, autocast, make_grad_scaler, precision_name, resolve_device, use_amp
 from segpipe.errors import ConfigError, GeometryError
 from segpipe.memory import estimate_network
-from segpipe.network import (
+from segpipe.model.network import (
     BottleneckBlock,
     ConvNormAct,
     DecoderBottleneck,
@@ -192,7 +192,7 @@ def test_input_gradient_is_exact_in_float64() -> None:
     torch.manual_seed(0)
     net = _randomise(UNet3D(base_width=4, depth=1, num_classes=2, checkpointing="all")).double()
     x = torch.randn(1, 1, 4, 4, 2, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda t: net(t), (x,), eps=1e-6, atol=1e-5)
+    assert torch.autograd.gradcheck(net, (x,), eps=1e-6, atol=1e-5)
 
 
 def test_design_targets_hold_on_saved_bytes() -> None:

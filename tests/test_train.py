@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from segpipe import modelfile, train
+from segpipe import train
 from segpipe.config import TrainConfig, from_dict
 from segpipe.errors import ModelError
+from segpipe.model import load_model
+from segpipe.train import trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples" / "train_96"
@@ -77,7 +79,9 @@ def test_resume_refuses_a_changed_config(tmp_path: Path, cache_dir: Path) -> Non
         train.train(changed, data_dir=SAMPLES, run_dir=tmp_path, progress=False, resume=True)
 
 
-def test_nonfinite_losses_are_skipped_then_stop_training(tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nonfinite_losses_are_skipped_then_stop_training(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from monai.losses import DiceCELoss
 
     real = DiceCELoss.forward
@@ -110,8 +114,12 @@ def test_memory_is_flat_across_iterations(tmp_path: Path, cache_dir: Path) -> No
 
 def test_two_class_targets_merge_the_lungs() -> None:
     label = torch.tensor([[0, 1, 2, 2]])
-    assert train.class_targets(label, 2).tolist() == [[0, 1, 1, 1]]
-    assert train.class_targets(label, 3).tolist() == [[0, 1, 2, 2]]
+    assert trainer.class_targets(label, 2).tolist() == [[0, 1, 1, 1]]
+    assert trainer.class_targets(label, 3).tolist() == [[0, 1, 2, 2]]
+
+
+def test_the_bundled_sample_data_is_the_default() -> None:
+    assert trainer.DEFAULT_DATA == SAMPLES
 
 
 def test_lr_schedule() -> None:
@@ -138,7 +146,9 @@ def test_gpu_memory_plan_goes_into_the_fine_stage(cache_dir: Path) -> None:
     assert cfg.fine.network.checkpointing == plan.checkpointing
 
 
-def test_two_process_ddp_on_cpu_trains_and_saves_one_model(tmp_path: Path, cache_dir: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_process_ddp_on_cpu_trains_and_saves_one_model(
+    tmp_path: Path, cache_dir: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import yaml
 
     from segpipe.config import to_dict
@@ -155,38 +165,10 @@ def test_two_process_ddp_on_cpu_trains_and_saves_one_model(tmp_path: Path, cache
     captured = capfd.readouterr()
     assert code == 0, captured.err[-2000:]
     assert captured.out.count("model: ") == 1  # rank 0 alone reports and saves
-    header, weights = modelfile.load_model(out / "model.pt")
-    assert header["coarse"]["network"]["base_width"] == 4 and set(weights) == {"coarse", "fine"}
+    header, weights = load_model(out / "model.pt")
+    assert header.coarse.network.base_width == 4 and header.coarse.stage == "coarse" and set(weights) == {"coarse", "fine"}
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["stage"], r["epoch"]) for r in rows] == [("coarse", 1), ("fine", 1)]
-
-
-# ----------------------------------------------------------------------------- model file
-def test_model_file_round_trip_and_bad_files(tmp_path: Path) -> None:
-    w = {"coarse": {"a": torch.ones(2)}, "fine": {"b": torch.zeros(3)}}
-    path = modelfile.save_model(tmp_path / "m.pt", {"labels": {"1": "right_lung"}}, w)
-    header, weights = modelfile.load_model(path)
-    assert header["labels"] == {"1": "right_lung"} and header["format_version"] == modelfile.FORMAT_VERSION
-    assert torch.equal(weights["fine"]["b"], torch.zeros(3))
-    with pytest.raises(ModelError, match="not found"):
-        modelfile.load_model(tmp_path / "missing.pt")
-    (tmp_path / "junk.pt").write_bytes(b"not a torch file at all")
-    with pytest.raises(ModelError, match="corrupt"):
-        modelfile.load_model(tmp_path / "junk.pt")
-    raw = path.read_bytes()
-    (tmp_path / "cut.pt").write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(ModelError, match="corrupt"):
-        modelfile.load_model(tmp_path / "cut.pt")
-    torch.save({"state": torch.ones(1)}, tmp_path / "other.pt")
-    with pytest.raises(ModelError, match="not a segpipe model"):
-        modelfile.load_model(tmp_path / "other.pt")
-    payload = torch.load(path, weights_only=True)
-    payload["format_version"] = 99
-    torch.save(payload, tmp_path / "future.pt")
-    with pytest.raises(ModelError, match="format version 99 is not supported"):
-        modelfile.load_model(tmp_path / "future.pt")
-    with pytest.raises(ModelError, match="both stages"):
-        modelfile.save_model(tmp_path / "half.pt", {}, {"coarse": {}})
 
 
 def test_validation_every_n_epochs(tmp_path: Path, cache_dir: Path) -> None:
@@ -202,7 +184,7 @@ def test_init_model_starts_from_the_files_weights_and_checks_the_network(tmp_pat
 
     first = tiny_config(cache_dir, stages="both", coarse__epochs=1, fine__epochs=1)
     model = train.train(first, data_dir=SAMPLES, run_dir=tmp_path / "first", progress=False).model_path
-    _, saved = modelfile.load_model(model)
+    _, saved = load_model(model)
     # zero steps of training: the stage is exactly the file's weights
     cfg = tiny_config(cache_dir, init_model=str(model), coarse__steps_per_epoch=1, coarse__lr=1e-12, coarse__epochs=1)
     train.train(cfg, data_dir=SAMPLES, run_dir=tmp_path / "tuned", progress=False)
@@ -217,10 +199,11 @@ def test_init_model_starts_from_the_files_weights_and_checks_the_network(tmp_pat
     fine_only = tiny_config(cache_dir, init_model=str(model), stages="fine", fine__epochs=1)
     tuned_model = train.train(fine_only, data_dir=SAMPLES, run_dir=tmp_path / "fine_only", progress=False).model_path
     assert tuned_model is not None
-    _, both = modelfile.load_model(tuned_model)
+    _, both = load_model(tuned_model)
     assert all(torch.equal(both["coarse"][k], saved["coarse"][k]) for k in saved["coarse"])
     assert not all(torch.equal(both["fine"][k], saved["fine"][k]) for k in saved["fine"])
-    wider = tiny_config(cache_dir, init_model=str(model), coarse__network={"base_width": 8, "max_width": 16, "blocks_per_stage": 1})
+    wider_net = {"base_width": 8, "max_width": 16, "blocks_per_stage": 1}
+    wider = tiny_config(cache_dir, init_model=str(model), coarse__network=wider_net)
     with pytest.raises(ConfigError, match="init_model: the coarse network .* differs .*base_width"):
         train.train(wider, data_dir=SAMPLES, run_dir=tmp_path / "wider", progress=False)
     assert not (tmp_path / "wider" / "config.yaml").exists()  # refused before anything is written
@@ -228,4 +211,5 @@ def test_init_model_starts_from_the_files_weights_and_checks_the_network(tmp_pat
     with pytest.raises(ConfigError, match=r"init_model: .* spacing.fine_mm \[1.5, 1.5, 1.5\], the config has \[1.0, 1.0, 1.0\]"):
         train.train(finer, data_dir=SAMPLES, run_dir=tmp_path / "finer", progress=False)
     with pytest.raises(ModelError, match="not found"):
-        train.train(tiny_config(cache_dir, init_model=str(tmp_path / "nope.pt")), data_dir=SAMPLES, run_dir=tmp_path / "x", progress=False)
+        nope = tiny_config(cache_dir, init_model=str(tmp_path / "nope.pt"))
+        train.train(nope, data_dir=SAMPLES, run_dir=tmp_path / "x", progress=False)

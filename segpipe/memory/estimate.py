@@ -309,7 +309,7 @@ def _network_input_shape(config: NetworkConfig, patch: Sequence[int], batch: int
 
 
 def _fake_network(config: NetworkConfig, checkpointing: Any, mode: Any) -> nn.Module:
-    from segpipe.network import UNet3D
+    from segpipe.model.network import UNet3D
 
     with mode:
         net = UNet3D.from_config(config)

@@ -6,10 +6,10 @@ bf16 on the CPU), gradient checkpointing and accumulation, non-finite steps skip
 DistributedDataParallel when launched by ``torchrun`` (nccl on CUDA, gloo on the CPU), atomic
 checkpoints (latest and best by validation Dice), exact resume, a metrics log (JSON lines) and
 a training-curve picture. The result is one model file holding both stages
-(:mod:`segpipe.modelfile`).
+(:mod:`segpipe.model.file`).
 
 Determinism: patch ``i`` of epoch ``e`` depends only on ``(seed, e, i)`` (see
-:class:`segpipe.data.PatchDataset`), checkpoints are taken at epoch ends, and resuming from one
+:class:`segpipe.train.data.PatchDataset`), checkpoints are taken at epoch ends, and resuming from one
 continues exactly as an uninterrupted run would (same weights on the CPU).
 
 Example:
@@ -34,9 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from segpipe import data as data_mod
-from segpipe.config import StageConfig, TrainConfig, from_dict, to_dict
+from segpipe.config import NetworkConfig, StageConfig, TrainConfig, from_dict, to_dict
 from segpipe.errors import ConfigError, SegpipeError
+from segpipe.model import DEFAULT_MODEL, ModelHeader, StageHeader
+from segpipe.train import data as data_mod
 
 __all__ = [
     "TrainingError",
@@ -52,7 +53,7 @@ __all__ = [
 
 log = logging.getLogger("segpipe")
 
-DEFAULT_DATA = Path(__file__).resolve().parent.parent / "data_samples" / "train_96"
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "data_samples" / "train_96"
 
 
 class TrainingError(SegpipeError):
@@ -189,7 +190,8 @@ def prepare_data(
         tag = "".join(f"_{k}{v:g}" for k, v in sorted({**overrides, **coverage}.items()))
         if coverage:
             overrides["coverage_weights"] = coverage
-        phantom_dir = Path(cache_dir) / f"phantoms_seed{cfg.data.phantom_seed}_n{cfg.data.extra_phantoms}_{'x'.join(map(str, cfg.data.phantom_size_xyz))}{tag}"
+        size = "x".join(map(str, cfg.data.phantom_size_xyz))
+        phantom_dir = Path(cache_dir) / f"phantoms_seed{cfg.data.phantom_seed}_n{cfg.data.extra_phantoms}_{size}{tag}"
         if not (phantom_dir / "dataset.json").is_file():
             synthetic.write_dataset(
                 phantom_dir, cfg.data.extra_phantoms, seed=cfg.data.phantom_seed,
@@ -255,13 +257,15 @@ def class_targets(label: Any, num_classes: int) -> Any:
 
 
 # ----------------------------------------------------------------------------- validation
-def evaluate(model: Any, volumes: list[data_mod.CachedVolume], stage: StageConfig, cfg: TrainConfig, device: Any) -> dict[str, float]:
+def evaluate(
+    model: Any, volumes: list[data_mod.CachedVolume], stage: StageConfig, cfg: TrainConfig, device: Any
+) -> dict[str, float]:
     """Mean Dice per lung over ``volumes`` (whole cached volumes, sliding window), scored as
     inference uses each stage: the coarse stage's lung is sided by geometry
     (:func:`segpipe.postprocess.split_sides`); a fine crop is scored on lung vs background,
     under the side of the lung it was cut around."""
-    from segpipe.infer import any_lung, sliding_window_probs
     from segpipe.metrics import dice
+    from segpipe.model import any_lung, sliding_window_probs
     from segpipe.postprocess import split_sides
 
     model.eval()
@@ -294,22 +298,21 @@ def initial_weights(model_file: str, stage_name: str, settings: dict[str, Any], 
     """The ``stage_name`` weights of a segpipe model file (``"default"``: the bundled one) for
     fine-tuning; raises ConfigError when its network settings differ from ``settings`` or
     (given ``cfg``) when it was trained at other spacings or another intensity window."""
-    from segpipe.infer import DEFAULT_MODEL
-    from segpipe.modelfile import load_model
+    from segpipe.model import load_model
 
     path = DEFAULT_MODEL if model_file == "default" else Path(model_file)
     header, weights = load_model(path)
     if cfg is not None:
         key = f"{stage_name}_mm"
         for name, ours, theirs in (
-            (f"spacing.{key}", list(getattr(cfg.spacing, key)), (header.get("spacing") or {}).get(key)),
-            ("intensity.window_hu", list(cfg.intensity.window_hu), (header.get("intensity") or {}).get("window_hu")),
+            (f"spacing.{key}", list(getattr(cfg.spacing, key)), list(getattr(header.spacing, key))),
+            ("intensity.window_hu", list(cfg.intensity.window_hu), list(header.intensity.window_hu)),
         ):
-            if theirs is None or [float(v) for v in theirs] != [float(v) for v in ours]:
+            if [float(v) for v in theirs] != [float(v) for v in ours]:
                 raise ConfigError(f"init_model: {path} was trained with {name} {theirs}, the config has {ours}; use the same")
-    theirs = header.get(stage_name, {}).get("network")
+    theirs = to_dict(header.stage(stage_name).network)
     if theirs != settings:
-        diff = sorted(k for k in set(settings) | set(theirs or {}) if (theirs or {}).get(k) != settings.get(k))
+        diff = sorted(k for k in set(settings) | set(theirs) if theirs.get(k) != settings.get(k))
         raise ConfigError(
             f"init_model: the {stage_name} network of {path} differs from the config's ({', '.join(diff)}); "
             f"use the same {stage_name}.network settings as that model"
@@ -317,9 +320,11 @@ def initial_weights(model_file: str, stage_name: str, settings: dict[str, Any], 
     return weights[stage_name]
 
 
-def _stage_header(stage_name: str, stage: StageConfig, model: Any) -> dict[str, Any]:
-    return {"network": model.settings(), "patch_xyz": list(stage.patch_xyz), "overlap": stage.overlap,
-            "batch_size": stage.batch_size, "amp": stage.amp, "stage": stage_name}
+def _stage_header(stage_name: str, stage: StageConfig, model: Any) -> StageHeader:
+    return StageHeader(
+        network=from_dict(NetworkConfig, model.settings(), f"{stage_name}.network"), patch_xyz=stage.patch_xyz,
+        batch_size=stage.batch_size, amp=stage.amp, overlap=stage.overlap, stage=stage_name,
+    )
 
 
 def train_stage(
@@ -339,13 +344,12 @@ def train_stage(
     schedule: used to test that resume continues exactly.
     """
     import torch
-    import torch.nn as nn
     from monai.losses import DiceCELoss
+    from torch import nn
 
     from segpipe.device import autocast, fast_layout, make_grad_scaler, resolve_device, use_amp
     from segpipe.memory import MemoryRecorder
-    from segpipe.modelfile import atomic_torch_save
-    from segpipe.network import build_network
+    from segpipe.model import atomic_torch_save, build_network
 
     stage: StageConfig = getattr(cfg, stage_name)
     device = resolve_device(cfg.device)
@@ -497,7 +501,8 @@ def train_stage(
             if is_best:
                 best = {k: v for k, v in scores.items()} or {"dice_mean": float("nan")}
                 best["epoch"] = epoch + 1
-                atomic_torch_save({"model": model.state_dict(), "header": json.dumps(_stage_header(stage_name, stage, model))}, best_path)
+                stage_header = json.dumps(_stage_header(stage_name, stage, model).to_dict())
+                atomic_torch_save({"model": model.state_dict(), "header": stage_header}, best_path)
             atomic_torch_save(
                 {
                     "model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -562,13 +567,12 @@ def train(
     """
     import yaml
 
-    from segpipe.modelfile import save_model
-
     from segpipe.device import resolve_device
+    from segpipe.model import save_model
 
     stages = ("coarse", "fine") if cfg.stages == "both" else (cfg.stages,)
     if cfg.init_model:  # fail before the data are prepared
-        from segpipe.network import build_network
+        from segpipe.model import build_network
 
         for stage_name in stages:
             initial_weights(cfg.init_model, stage_name, build_network(getattr(cfg, stage_name).network).settings(), cfg)
@@ -605,7 +609,8 @@ def train(
     best = {k: r["best"] for k, r in results.items()}
     model_path = None
     if dist_info.main:
-        weights, headers = {}, {}
+        weights: dict[str, Any] = {}
+        headers: dict[str, StageHeader] = {}
         for stage_name in ("coarse", "fine"):
             if stage_name in results:
                 weights[stage_name] = results[stage_name]["state_dict"]
@@ -617,28 +622,27 @@ def train(
                 if path.is_file():
                     ck = torch.load(path, map_location="cpu", weights_only=True)
                     weights[stage_name] = ck["model"]
-                    headers[stage_name] = json.loads(ck["header"])
+                    headers[stage_name] = StageHeader.from_dict(json.loads(ck["header"]), stage_name)
                 elif cfg.init_model:
-                    from segpipe.infer import DEFAULT_MODEL
-                    from segpipe.modelfile import load_model
+                    from segpipe.model import load_model
 
                     init_header, init_weights = load_model(DEFAULT_MODEL if cfg.init_model == "default" else cfg.init_model)
                     weights[stage_name] = init_weights[stage_name]
-                    headers[stage_name] = init_header[stage_name]
+                    headers[stage_name] = init_header.stage(stage_name)
                     log.info("%s stage taken unchanged from %s", stage_name, cfg.init_model)
         if len(weights) == 2:
-            header = {
-                "labels": {str(k): v for k, v in data_mod.LABELS.items()},
-                "spacing": to_dict(cfg.spacing),
-                "intensity": to_dict(cfg.intensity),
-                "margin_mm": cfg.data.margin_mm,
-                "coarse": headers["coarse"],
-                "fine": headers["fine"],
-                "train_config": resolved,
-                "training_data": summary,
-                "validation": best,
-                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            }
+            header = ModelHeader(
+                coarse=headers["coarse"],
+                fine=headers["fine"],
+                spacing=cfg.spacing,
+                intensity=cfg.intensity,
+                margin_mm=cfg.data.margin_mm,
+                labels={str(k): v for k, v in data_mod.LABELS.items()},
+                train_config=resolved,
+                training_data=summary,
+                validation=best,
+                created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            )
             model_path = save_model(run_dir / "model.pt", header, weights)
         else:
             log.warning("model.pt not written: it needs both stages; train the other stage into %s", run_dir)

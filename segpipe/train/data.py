@@ -28,6 +28,7 @@ import SimpleITK as sitk
 
 from segpipe import io, spatial
 from segpipe.errors import InputError, SegpipeError
+from segpipe.model.intensity import normalise_hu
 
 __all__ = [
     "Case",
@@ -40,7 +41,6 @@ __all__ = [
     "extract_patch",
     "foreground_points",
     "mirror_left_right",
-    "normalise_hu",
     "PatchDataset",
     "augment_patch",
     "preprocess_case",
@@ -483,15 +483,6 @@ def mirror_left_right(image_zyx: np.ndarray, label_zyx: np.ndarray) -> tuple[np.
     return image, label
 
 
-def normalise_hu(array: np.ndarray, window_hu: tuple[float, float]) -> np.ndarray:
-    """Clip HU to ``window_hu`` and scale linearly to [-1, 1] (float32). Fixed, never per scan."""
-    lo, hi = window_hu
-    out = np.clip(np.asarray(array, dtype=np.float32), lo, hi)
-    out -= (lo + hi) / 2.0
-    out /= (hi - lo) / 2.0
-    return out
-
-
 class PatchDataset:
     """Random training patches from cached volumes, deterministic per (seed, epoch, index).
 
@@ -509,7 +500,7 @@ class PatchDataset:
         volumes: cached volumes to sample from (coarse volumes, or fine lung crops).
         patch_xyz: patch size in voxels (x, y, z).
         length: items per epoch (``steps * batch * accumulation``).
-        window_hu: intensity window for :func:`normalise_hu`.
+        window_hu: intensity window for :func:`segpipe.model.intensity.normalise_hu`.
         fg_fraction: share of lung-centred patches.
         dense_fraction: share of the lung-centred patches centred on dense tissue, half in
             the lung and half beside it (0: none).
@@ -665,7 +656,10 @@ def _monai_spatial(
     import torch
     from monai.transforms import Rand3DElasticd, RandAffined
 
-    data = {"image": torch.from_numpy(np.ascontiguousarray(img))[None], "label": torch.from_numpy(np.ascontiguousarray(lbl))[None]}
+    data = {
+        "image": torch.from_numpy(np.ascontiguousarray(img))[None],
+        "label": torch.from_numpy(np.ascontiguousarray(lbl))[None],
+    }
     rot = np.deg2rad(cfg.rotate_deg)  # type: ignore[attr-defined]
     lo, hi = cfg.scale  # type: ignore[attr-defined]
     if affine_on:
