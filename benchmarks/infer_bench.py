@@ -308,12 +308,19 @@ def _run_child(args: list[str], workdir: Path, tag: str, threads: int | None = N
 def _single_stage(seg: Any, path: Path, resample: str) -> Any:
     """Method (b): the fine network over the whole scan at the fine spacing (see module doc)."""
     import SimpleITK as sitk
+    from segpipe.postprocess import (
+        body_interior,
+        body_midline_x,
+        clean_lungs,
+        clear_fat,
+        pleural_air,
+        skin_slack,
+        snap_label_edges,
+        split_sides,
+    )
 
     from segpipe import io, spatial
     from segpipe.model import sliding_window_probs
-    from segpipe.postprocess import (
-        body_interior, body_midline_x, clean_lungs, clear_fat, pleural_air, skin_slack, snap_label_edges, split_sides,
-    )
 
     img = io.read_image(path)
     canonical, code = spatial.to_canonical(img)

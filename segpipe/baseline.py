@@ -34,7 +34,9 @@ from scipy import ndimage
 
 from segpipe import io, spatial
 from segpipe.io import validate_image
-from segpipe.postprocess import body_midline_x, component_sizes, fill_slice_holes, split_sides, trachea_seed
+from segpipe.refine import body_midline_x, fill_slice_holes, split_sides
+from segpipe.refine._util import component_sizes
+from segpipe.refine.airways import trachea_seed
 
 __all__ = ["segment_lungs_classical", "ClassicalSegmenter", "segment_files"]
 

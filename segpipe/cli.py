@@ -432,20 +432,20 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
     )
     _add_batch_arguments(p)
     p.add_argument("--model", metavar="FILE", help="model file from segpipe train (default: the bundled model)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto (CUDA when present)")
-    p.add_argument("--fast", action="store_true", help="no window overlap in the fine stage (faster, rougher)")
+    p.add_argument("--config", metavar="YAML", help="inference settings: device, fast, min_lung_ml, sw_batch_size, rules "
+                                                   "(the command line overrides them)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="default: auto (CUDA when present)")
+    p.add_argument("--fast", action="store_true", default=None, help="no window overlap in the fine stage (faster, rougher)")
     p.add_argument("--min-lung-ml", type=_non_negative_float, default=None, metavar="ML",
                    help="smallest lung (mL the coarse stage is sure of) that counts as found; smaller finds "
                         "are taken for bowel gas (default 50; lower it for abdominal scans with thin lung bases)")
+    _add_rule_arguments(p)
 
     def run(args: argparse.Namespace) -> int:
         from segpipe import infer
 
         jobs = infer.plan_jobs(args.inputs, args.output, shard=args.shard)
-        opts: dict = {"device": args.device, "fast": args.fast}
-        if args.min_lung_ml is not None:
-            opts["min_lung_ml"] = args.min_lung_ml
-        seg = infer.LungSegmenter.from_file(args.model, **opts) if args.model else infer.LungSegmenter.default(**opts)
+        seg = _segmenter(args)
         results = infer.run_jobs(
             seg, jobs, overwrite=args.overwrite, qc=args.qc, hu_offset=args.hu_offset,
             series_uid=args.series, progress=not args.quiet,
@@ -455,6 +455,59 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
         return 0
 
     p.set_defaults(handler=run)
+
+
+def _add_rule_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-rule", action="append", default=[], metavar="NAME",
+                   help="switch a clean-up rule off (repeatable; 'segpipe rules' lists them)")
+    p.add_argument("--rule", action="append", default=[], metavar="NAME", help="switch a clean-up rule on (repeatable)")
+    p.add_argument("--rule-param", action="append", default=[], metavar="NAME.KEY=VALUE",
+                   help="set a rule's parameter, e.g. pleural_air.min_ml=20 (repeatable; VALUE is YAML)")
+
+
+def _rule_changes(args: argparse.Namespace, base: dict) -> dict:
+    """The rule changes of a config file's ``rules`` and the command line (which wins)."""
+    import yaml
+
+    from segpipe.errors import ConfigError
+
+    changes: dict = {name: dict(v) if isinstance(v, dict) else {"enabled": v} for name, v in base.items()}
+    for item in args.rule_param:
+        key, sep, value = item.partition("=")
+        name, dot, param = key.partition(".")
+        if not (sep and dot and name and param):
+            raise ConfigError(f"--rule-param: expected NAME.KEY=VALUE, got {item!r}")
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--rule-param {item!r}: the value is not valid YAML") from err
+        changes.setdefault(name, {})[param] = parsed
+    for names, on in ((args.rule, True), (args.no_rule, False)):
+        for name in names:
+            changes.setdefault(name, {})["enabled"] = on
+    both = set(args.rule) & set(args.no_rule)
+    if both:
+        raise ConfigError(f"rule {sorted(both)[0]!r} is given with both --rule and --no-rule")
+    return changes
+
+
+def _segmenter(args: argparse.Namespace) -> object:
+    """The segmenter for ``segpipe infer``'s options: model file, then --config, then flags."""
+    from segpipe import infer
+    from segpipe.config import InferConfig, load_yaml
+
+    cfg = load_yaml(args.config, InferConfig) if getattr(args, "config", None) else InferConfig()
+    opts: dict = {
+        "device": args.device or cfg.device,
+        "fast": bool(args.fast if args.fast is not None else cfg.fast),
+        "rules": _rule_changes(args, cfg.rules),
+    }
+    min_lung = args.min_lung_ml if args.min_lung_ml is not None else cfg.min_lung_ml
+    if min_lung is not None:
+        opts["min_lung_ml"] = min_lung
+    if cfg.sw_batch_size is not None:
+        opts["sw_batch_size"] = cfg.sw_batch_size
+    return infer.LungSegmenter.from_file(args.model, **opts) if args.model else infer.LungSegmenter.default(**opts)
 
 
 def _add_batch_arguments(p: argparse.ArgumentParser) -> None:
@@ -551,8 +604,42 @@ Empty masks, per lung: both empty (a scan without lungs) -> Dice 1, HD95 0, ASSD
     p.set_defaults(handler=run)
 
 
+def _add_rules(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "rules",
+        help="list the clean-up rules in their order, with the parameters a model file stores",
+        description=(
+            "List the clean-up steps after the networks, in the order they run: name, grid (fine: each fine "
+            "region before its probabilities go back to the scan; scan: the scan's own grid), on / off / always, "
+            "what it does and its parameters as the model file stores them (older files: today's defaults). "
+            "Switch them with 'segpipe infer --no-rule NAME', '--rule NAME', '--rule-param NAME.KEY=VALUE' "
+            "or a --config file."
+        ),
+    )
+    p.add_argument("--model", metavar="FILE", help="model file (default: the bundled model)")
+    p.add_argument("--json", action="store_true", help="print the parameters as JSON")
+
+    def run(args: argparse.Namespace) -> int:
+        import json
+
+        from segpipe.errors import ConfigError, ModelError
+        from segpipe.model import DEFAULT_MODEL, load_model
+        from segpipe.refine import RuleSet, describe
+
+        header, _ = load_model(args.model or DEFAULT_MODEL)
+        try:
+            rules = RuleSet.from_dict(header.refine, "refine")
+        except ConfigError as err:
+            raise ModelError(f"the model file's clean-up rules are invalid ({err})") from err
+        print(json.dumps(rules.to_dict(), indent=1) if args.json else "\n".join(describe(rules)))
+        return 0
+
+    p.set_defaults(handler=run)
+
+
 _REGISTRARS = [
-    _add_synth, _add_memory, _add_plan, _add_train, _add_infer, _add_baseline, _add_evaluate, _add_info, _add_convert,
+    _add_synth, _add_memory, _add_plan, _add_train, _add_infer, _add_rules, _add_baseline, _add_evaluate, _add_info,
+    _add_convert,
 ]
 
 

@@ -171,6 +171,10 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         if len(args) != len(value):
             raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
         return tuple(_convert(v, a, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
     if origin is list:
         (arg,) = typing.get_args(tp)
         if not isinstance(value, (list, tuple)):
@@ -541,3 +545,36 @@ class TrainConfig:
                 f"spacing.coarse_size_xyz: the fixed-size coarse mode trains on whole volumes, so coarse.patch_xyz "
                 f"must equal it; expected {list(size)}, got {list(self.coarse.patch_xyz)}"
             )
+
+
+@dataclass(frozen=True)
+class InferConfig:
+    """Settings of ``segpipe infer`` from a YAML file (``--config``); the command line
+    overrides them.
+
+    Args:
+        device: ``auto``, ``cpu`` or ``cuda``.
+        fast: no window overlap in the fine stage.
+        min_lung_ml: a side counts as found with this much confident coarse lung (None: the
+            default, 50 mL).
+        sw_batch_size: windows per forward pass (None: the device's default).
+        rules: changes to the model file's clean-up rules: per rule name, true / false or a
+            mapping of parameters (checked against :class:`segpipe.refine.RuleSet`).
+    """
+
+    device: str = "auto"
+    fast: bool = False
+    min_lung_ml: float | None = None
+    sw_batch_size: int | None = None
+    rules: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"device: expected auto, cpu or cuda, got {self.device!r}")
+        if self.min_lung_ml is not None and not self.min_lung_ml >= 0:
+            raise ConfigError(f"min_lung_ml: expected >= 0, got {self.min_lung_ml}")
+        if self.sw_batch_size is not None and self.sw_batch_size < 1:
+            raise ConfigError(f"sw_batch_size: expected >= 1, got {self.sw_batch_size}")
+        from segpipe.refine import RuleSet
+
+        RuleSet.from_dict(self.rules)  # unknown rules and parameters are errors here

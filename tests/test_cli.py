@@ -97,7 +97,7 @@ def test_convert_and_info_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_console_script_runs_as_a_process(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "segpipe", "info", str(tmp_path / "missing.nii.gz")],
-        capture_output=True, text=True, timeout=120,
+        check=False, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"segpipe info: error: input not found: {tmp_path / 'missing.nii.gz'}"

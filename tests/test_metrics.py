@@ -46,8 +46,8 @@ def test_cube_shifted_along_z_gives_exact_max_distance() -> None:
     a = _cube((24, 16, 16), (2, 3, 3), 10)
     b = np.roll(a, 3, axis=0)  # 3 slices of 2.5 mm
     # every surface voxel of a lies 0 or 2.5/5.0/7.5 mm from b's surface; the largest is 7.5
-    from monai.metrics import compute_hausdorff_distance
     import torch
+    from monai.metrics import compute_hausdorff_distance
 
     hd = compute_hausdorff_distance(
         torch.from_numpy(a)[None, None], torch.from_numpy(b)[None, None], include_background=True, spacing=list(spacing_zyx)

@@ -15,7 +15,19 @@ from scipy.interpolate import PchipInterpolator
 
 from segpipe.synthetic.fields import Affine, Field, Remap, Ridge, SharedField, SmoothField
 from segpipe.synthetic.shapes import (
-    F32, INF, TISSUES, Capsule, Ellipsoid, Grid, HalfSpace, Implicit, Intersect, Item, Section, Shape, smooth_path,
+    F32,
+    INF,
+    TISSUES,
+    Capsule,
+    Ellipsoid,
+    Grid,
+    HalfSpace,
+    Implicit,
+    Intersect,
+    Item,
+    Section,
+    Shape,
+    smooth_path,
     tube,
 )
 from segpipe.synthetic.spec import PhantomSpec

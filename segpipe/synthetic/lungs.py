@@ -15,8 +15,23 @@ import numpy as np
 from segpipe.synthetic.anatomy import Body
 from segpipe.synthetic.fields import SmoothField, SumField
 from segpipe.synthetic.shapes import (
-    F32, INF, TISSUES, Capsule, CapsuleSet, Ellipsoid, Grid, HalfSpace, Implicit, Intersect, Item, Scaled, Shape,
-    Subtract, Union, smooth_path, tube,
+    F32,
+    INF,
+    TISSUES,
+    Capsule,
+    CapsuleSet,
+    Ellipsoid,
+    Grid,
+    HalfSpace,
+    Implicit,
+    Intersect,
+    Item,
+    Scaled,
+    Shape,
+    Subtract,
+    Union,
+    smooth_path,
+    tube,
 )
 
 T = TISSUES
@@ -144,7 +159,7 @@ def build_lungs(b: Body, rng: np.random.Generator) -> LungParts:
         out.boxes.append((blo, bhi))
         lungs[name].lo, lungs[name].hi = np.maximum(blo, lungs[name].lo), np.minimum(bhi, lungs[name].hi)
         pts_by_side[name] = (pts, occ)
-    for name, sx in SIDES:
+    for name, _sx in SIDES:
         lo, hi = lungs[name].lo, lungs[name].hi
         par = SumField(b.tex(10), b.tex(12, fine=True), base=lung_hu, grad=(0, rng.uniform(0.12, 0.3), 0),
                        origin=(0, 10 * S, 0))
@@ -336,7 +351,7 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
                  for i in range(int(rng.integers(*count)))]
 
         def on_lobe_side(shape: Shape) -> Shape:
-            return Intersect(shape, *planes) if planes else shape
+            return Intersect(shape, *planes) if planes else shape  # noqa: B023 (called at once, in this iteration)
 
         region = on_lobe_side(Union(*parts))
         margin = rng.random() < 0.8

@@ -7,7 +7,16 @@ import numpy as np
 
 from segpipe.synthetic.anatomy import Body, Profile
 from segpipe.synthetic.shapes import (
-    F32, Capsule, CapsuleSet, Ellipsoid, Grid, HalfSpace, Implicit, Intersect, smooth_path, tube,
+    F32,
+    Capsule,
+    CapsuleSet,
+    Ellipsoid,
+    Grid,
+    HalfSpace,
+    Implicit,
+    Intersect,
+    smooth_path,
+    tube,
 )
 
 

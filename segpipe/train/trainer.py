@@ -262,11 +262,11 @@ def evaluate(
 ) -> dict[str, float]:
     """Mean Dice per lung over ``volumes`` (whole cached volumes, sliding window), scored as
     inference uses each stage: the coarse stage's lung is sided by geometry
-    (:func:`segpipe.postprocess.split_sides`); a fine crop is scored on lung vs background,
+    (:func:`segpipe.refine.split_sides`); a fine crop is scored on lung vs background,
     under the side of the lung it was cut around."""
     from segpipe.metrics import dice
     from segpipe.model import any_lung, sliding_window_probs
-    from segpipe.postprocess import split_sides
+    from segpipe.refine import split_sides
 
     model.eval()
     scores: dict[str, list[float]] = {"right": [], "left": []}
@@ -631,6 +631,8 @@ def train(
                     headers[stage_name] = init_header.stage(stage_name)
                     log.info("%s stage taken unchanged from %s", stage_name, cfg.init_model)
         if len(weights) == 2:
+            from segpipe.refine import RuleSet
+
             header = ModelHeader(
                 coarse=headers["coarse"],
                 fine=headers["fine"],
@@ -638,6 +640,7 @@ def train(
                 intensity=cfg.intensity,
                 margin_mm=cfg.data.margin_mm,
                 labels={str(k): v for k, v in data_mod.LABELS.items()},
+                refine=RuleSet().to_dict(),  # the clean-up rules this segpipe runs, so the file gives the same masks later
                 train_config=resolved,
                 training_data=summary,
                 validation=best,

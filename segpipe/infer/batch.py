@@ -1,0 +1,156 @@
+"""Folder jobs: expand inputs into scans, name their outputs, segment each and write mask,
+report and QC picture atomically (``segpipe infer`` and :meth:`LungSegmenter.predict_file`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import SimpleITK as sitk
+
+from segpipe import io
+from segpipe.errors import InputError
+
+if TYPE_CHECKING:
+    from segpipe.infer.segmenter import LungSegmenter
+
+__all__ = ["Job", "plan_jobs", "run_jobs", "segment_job"]
+
+@dataclass(frozen=True)
+class Job:
+    """One scan to segment and where its outputs go."""
+
+    input: Path
+    mask: Path
+
+    @property
+    def report(self) -> Path:
+        return self.mask.with_name(io.strip_suffix(self.mask) + ".json")
+
+    @property
+    def qc(self) -> Path:
+        return self.mask.with_name(io.strip_suffix(self.mask) + ".png")
+
+
+def _scans_in(folder: Path) -> list[Path]:
+    """Image files and DICOM series folders directly inside ``folder``, sorted by name."""
+    found = []
+    for p in sorted(folder.iterdir()):
+        if p.name.startswith("."):
+            continue
+        if p.is_file() and io.image_suffix(p):
+            found.append(p)
+        elif p.is_dir() and io.list_dicom_series(p):
+            found.append(p)
+    return found
+
+
+def _dicom_name(folder: Path) -> str:
+    """A DICOM folder's case name: its own name, or its parent's when it has a generic one
+    (``LIDC-IDRI-0001/dicom`` -> ``LIDC-IDRI-0001``)."""
+    generic = {"dicom", "dcm", "series", "images", "image", "ct"}
+    folder = folder.resolve()
+    return folder.parent.name if folder.name.lower() in generic and folder.parent.name else folder.name
+
+
+def plan_jobs(inputs: list[str | Path], output: str | Path | None, *, shard: tuple[int, int] | None = None) -> list[Job]:
+    """Expand inputs (files, DICOM folders, folders of scans) into jobs, apply ``shard``
+    (every n-th scan from i, so cluster array jobs split a folder), and name the outputs
+    (``<name>_lungs.nii.gz`` in ``output`` or the current folder; ``output`` may be a file
+    name when there is exactly one scan)."""
+    scans: list[Path] = []
+    for item in inputs:
+        p = Path(item)
+        if not p.exists():
+            raise InputError(f"input not found: {p}")
+        if p.is_dir() and not io.list_dicom_series(p):
+            inside = _scans_in(p)
+            if not inside:
+                raise InputError(f"{p}: no scans found (expected image files or DICOM folders inside)")
+            scans += inside
+        else:
+            scans.append(p)
+    if shard is not None:
+        i, n = shard
+        scans = scans[i::n]
+    single_file = output is not None and io.image_suffix(output) != ""
+    if single_file and len(scans) != 1:
+        raise InputError(f"-o {output} names one file but there are {len(scans)} scans; give a folder")
+    jobs = []
+    names: set[str] = set()
+    for scan in scans:
+        if single_file:
+            mask = Path(output)  # type: ignore[arg-type]
+        else:
+            name = io.strip_suffix(scan) if scan.is_file() else _dicom_name(scan)
+            if name in names:
+                raise InputError(f"two scans are both named {name!r}; process them into different folders")
+            names.add(name)
+            mask = Path(output or ".") / f"{name}_lungs.nii.gz"
+        jobs.append(Job(scan, mask))
+    return jobs
+
+
+def run_jobs(
+    segmenter: LungSegmenter,
+    jobs: list[Job],
+    *,
+    overwrite: bool = False,
+    qc: bool = False,
+    hu_offset: float = 0.0,
+    series_uid: str | None = None,
+    progress: bool = True,
+) -> list[str]:
+    """Segment each job's scan and write mask, report (and QC picture); one summary line per
+    scan. Scans with an existing mask are skipped unless ``overwrite``. Outputs are written
+    atomically, the report last, so a mask never exists without being complete."""
+    lines = []
+    if jobs:
+        folder = jobs[0].mask.parent
+        if not folder.exists():
+            folder.mkdir(parents=True)
+    for job in jobs:
+        io.check_output_path(job.mask, overwrite=True)
+    iterator: Any = jobs
+    if progress and len(jobs) > 1:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(jobs, desc="scans", unit="scan")
+    for job in iterator:
+        if job.mask.exists() and not overwrite:
+            lines.append(f"skipped {job.input} ({job.mask} exists; --overwrite redoes it)")
+            continue
+        report = segment_job(segmenter, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid)
+        v = report["volumes_ml"]
+        warn = f"; warnings: {'; '.join(report['warnings'])}" if report["warnings"] else ""
+        lines.append(
+            f"wrote {job.mask}: right {v['right'] / 1000:.2f} L, left {v['left'] / 1000:.2f} L, "
+            f"{report['timings_s']['total_s']:.1f} s{warn}"
+        )
+    return lines
+
+
+def segment_job(
+    segmenter: LungSegmenter, job: Job, *, qc: bool = False, hu_offset: float = 0.0, series_uid: str | None = None
+) -> dict[str, Any]:
+    """Segment one scan and write its mask, JSON report (and QC picture); return the report.
+    Everything is written atomically, the report last."""
+    import json
+
+    from segpipe.report import qc_picture
+
+    # without a QC picture the segmenter reads the scan itself, so it can free it before the
+    # mask is built (lower peak memory on large scans)
+    image: sitk.Image | Path = io.read_image(job.input, series_uid=series_uid) if qc else job.input
+    result = segmenter.predict_with_report(image, hu_offset=hu_offset, series_uid=None if qc else series_uid)
+    result.report["input"] = str(job.input)
+    io.write_image(result.label, job.mask, compress=True)
+    result.report["output"] = str(job.mask)
+    if qc:
+        qc_picture(image, result.label, job.qc, title=f"{job.input.name}: segpipe lungs")
+        result.report["qc"] = str(job.qc)
+    tmp = job.report.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result.report, indent=1))
+    tmp.replace(job.report)
+    return result.report

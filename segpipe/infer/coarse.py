@@ -1,0 +1,156 @@
+"""Step 2, locate: the coarse stage finds each lung, the body and the large airways.
+
+The whole scan is resampled to the coarse spacing (4 mm by default) and run through the coarse
+network. Its lung is split into the patient's right and left from geometry; a side counts only
+with ``min_lung_ml`` of confident lung; each side's box (physical mm, with the training margin
+and one coarse voxel) is where the fine stage looks. The body (inside the skin) and the trachea
+and main bronchi are found on the same grid: the clean-up rules use them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import SimpleITK as sitk
+
+from segpipe import spatial
+from segpipe.infer.settings import Settings, load_network, release_freed_memory
+from segpipe.refine import body_interior, body_midline_x, coarse_airways, side_boundary, skin_slack, split_sides
+
+__all__ = ["CoarseResult", "locate", "SIDES"]
+
+SIDES = (("right", 1), ("left", 2))
+
+
+def positions_in(grid: spatial.Geometry, ref: spatial.Geometry) -> list[np.ndarray]:
+    """Per axis (x, y, z), the continuous index in ``ref`` of each voxel centre of ``grid``
+    (both in the same, canonical, directions)."""
+    direction = np.asarray(ref.GetDirection()).reshape(3, 3)
+    shift = direction.T @ (np.asarray(grid.GetOrigin()) - np.asarray(ref.GetOrigin()))
+    return [(shift[a] + np.arange(grid.GetSize()[a]) * grid.GetSpacing()[a]) / ref.GetSpacing()[a] for a in range(3)]
+
+
+@dataclass(frozen=True)
+class CoarseResult:
+    """What the coarse stage found, on its grid (canonical directions).
+
+    Args:
+        geometry: the coarse grid.
+        spacing_mm: its spacing (x, y, z).
+        lung: the coarse lung as a float32 image (1 where a lung class wins), the fine-grid
+            rules' prior.
+        sides: ``(z, y, x)`` uint8, 1 right lung, 2 left lung (sides from geometry; sides
+            below ``min_lung_ml`` dropped).
+        body: ``(z, y, x)`` inside the body.
+        airways: ``(z, y, x)`` the trachea and main bronchi (empty when that rule is off).
+        boxes: per side found, its box in physical mm (canonical).
+    """
+
+    geometry: spatial.Geometry
+    spacing_mm: tuple[float, float, float]
+    lung: sitk.Image
+    sides: np.ndarray
+    body: np.ndarray
+    airways: np.ndarray
+    boxes: dict[str, spatial.Box]
+
+    def inside_on(self, grid: spatial.Geometry) -> np.ndarray:
+        """The body less the airways, looked up (nearest voxel) on ``grid`` (canonical
+        directions), as a ``(z, y, x)`` array."""
+        index = [np.clip(np.round(pos).astype(int), 0, self.geometry.size[a] - 1)
+                 for a, pos in enumerate(positions_in(grid, self.geometry))]
+        inside = self.body & ~self.airways
+        return inside[np.ix_(index[2], index[1], index[0])]
+
+    def prior_on(self, lattice: sitk.Image | spatial.Geometry) -> np.ndarray:
+        """The coarse lung resampled (linear) onto ``lattice``, ``(z, y, x)`` float32."""
+        return sitk.GetArrayFromImage(spatial.resample_to_reference(
+            self.lung, lattice, interpolator=sitk.sitkLinear, default_value=0.0, output_pixel_type=sitk.sitkFloat32))
+
+    def body_centre_on(self, grid: spatial.Geometry) -> np.ndarray:
+        """Per slice of ``grid`` (canonical directions), the centre of the body in that slice
+        as a ``(y, x)`` voxel index of ``grid``: ``(Z, 2)`` float. Slices without body take the
+        nearest slice's centre."""
+        body = self.body
+        zz, yy, xx = np.nonzero(body)
+        nz = body.shape[0]
+        if len(zz) == 0:  # no body found: the middle of the coarse grid
+            centre = np.tile([(body.shape[1] - 1) / 2, (body.shape[2] - 1) / 2], (nz, 1))
+        else:
+            count = np.bincount(zz, minlength=nz).astype(float)
+            has = count > 0
+            centre = np.stack([np.bincount(zz, yy, nz), np.bincount(zz, xx, nz)], axis=1)[has] / count[has, None]
+            slices = np.arange(nz)
+            centre = np.stack([np.interp(slices, slices[has], centre[:, k]) for k in range(2)], axis=1)
+        pos = positions_in(grid, self.geometry)  # x, y, z: continuous coarse index of each voxel of grid
+        k = np.clip(np.round(pos[2]).astype(int), 0, nz - 1)
+        scale = [self.geometry.GetSpacing()[a] / grid.GetSpacing()[a] for a in range(3)]
+        return np.stack([(centre[k, 0] - pos[1][0]) * scale[1], (centre[k, 1] - pos[0][0]) * scale[0]], axis=1)
+
+    def scan_lookup(self, scan_spacing: tuple[float, ...], offset_xyz: tuple[int, int, int],
+                    shape_zyx: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For a block of the canonical scan's grid (from index ``offset_xyz``, ``shape_zyx``
+        voxels), the coarse voxel index of each slice, row and column (``kc``, ``jc``,
+        ``ic``): both grids share the scan's corner."""
+        sp_f, sp_c = np.asarray(scan_spacing), np.asarray(self.spacing_mm)
+        ox, oy, oz = offset_xyz
+        cz, cy, cx = self.body.shape
+        fz, fy, fx = shape_zyx
+        kc = np.clip(np.round((np.arange(fz) + oz + 0.5) * sp_f[2] / sp_c[2] - 0.5).astype(int), 0, cz - 1)
+        jc = np.clip(np.round((np.arange(fy) + oy + 0.5) * sp_f[1] / sp_c[1] - 0.5).astype(int), 0, cy - 1)
+        ic = np.clip(np.round((np.arange(fx) + ox + 0.5) * sp_f[0] / sp_c[0] - 0.5).astype(int), 0, cx - 1)
+        return kc, jc, ic
+
+    def side_boundary_on(self, scan_spacing: tuple[float, ...]) -> np.ndarray:
+        """:func:`segpipe.refine.side_boundary` of the coarse sides, per coarse ``(z, y)`` row,
+        in x index units of the scan's grid."""
+        return (side_boundary(self.sides) + 0.5) * self.spacing_mm[0] / float(scan_spacing[0]) - 0.5
+
+
+def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple[CoarseResult, list[str]]:
+    """Run the coarse stage on the canonical scan (``weights``: the coarse network's);
+    returns the result and warnings."""
+    import torch
+
+    from segpipe.model import any_lung, sliding_window_probs
+
+    coarse_mm = spatial.spacing_for_size(canonical, tuple(s.coarse_size_xyz)) if s.coarse_size_xyz else s.coarse_mm
+    coarse_img = spatial.resample_image(canonical, coarse_mm)
+    array = sitk.GetArrayFromImage(coarse_img)
+    net = load_network("coarse", s.coarse, weights, s.device)
+    probs = sliding_window_probs(net, array, s.coarse, s.window_hu, s.device, accumulate_on=s.device,
+                                 sw_batch=s.window_batch(s.coarse), overlap=s.coarse.overlap)
+    lung = any_lung(probs)
+    confident = (probs[0] <= 1.0 - s.confident).numpy()
+    del net, probs, array
+    if s.device.type == "cuda":
+        torch.cuda.empty_cache()
+    release_freed_memory()
+
+    hu = sitk.GetArrayViewFromImage(coarse_img)
+    # the fine stage's lungs must lie inside the body itself (no slack: the chest wall is
+    # thicker than a coarse voxel), the coarse lungs within one voxel of it (partial volume)
+    body = body_interior(hu, s.rules.body.hu)
+    sides = split_sides(lung & skin_slack(body), min_fraction=s.rules.sides.min_fraction,
+                        midline_x=body_midline_x(hu, s.rules.body.hu))
+    # a side counts only with enough confident lung: smaller or unsure finds are gas in the
+    # bowel or stomach of a scan without lungs
+    voxel_ml = spatial.voxel_volume_ml(coarse_img)
+    for value in (1, 2):
+        if np.count_nonzero((sides == value) & confident) * voxel_ml < s.min_lung_ml:
+            sides[sides == value] = 0
+    boxes = {}
+    extra = max(coarse_img.GetSpacing())
+    for side, value in SIDES:
+        box = spatial.box_from_mask(spatial.copy_geometry(sides, coarse_img), value)
+        if box is not None:
+            boxes[side] = box.expand(s.margin_mm + extra)
+    airways = coarse_airways(hu, body, coarse_img.GetSpacing(), s.rules.airways)
+    result = CoarseResult(
+        spatial.Geometry.of(coarse_img), tuple(coarse_img.GetSpacing()),  # type: ignore[arg-type]
+        spatial.copy_geometry(np.asarray(lung, np.float32), coarse_img), sides, body, airways, boxes,
+    )
+    warnings = [] if boxes else ["no lung found: the scan may not include the chest; the mask is empty"]
+    return result, warnings

@@ -1,0 +1,98 @@
+"""Everything one prediction needs to know, resolved once from the model file's header and
+the user's options (:class:`Settings`), and the process helpers the steps share."""
+
+from __future__ import annotations
+
+import ctypes
+import resource
+from dataclasses import dataclass
+from typing import Any
+
+from segpipe.config import StageConfig
+from segpipe.refine import RuleSet
+
+__all__ = ["Settings", "MIN_LUNG_ML"]
+
+MIN_LUNG_ML = 50.0  # default of LungSegmenter(min_lung_ml=...)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The cascade's settings for one segmenter (frozen; no state of a call lives here).
+
+    Args:
+        coarse, fine: the stages (network, window size, overlap, window batch, AMP).
+        coarse_mm: coarse spacing (x, y, z mm), unless ``coarse_size_xyz`` fixes the size.
+        fine_mm: fine spacing (x, y, z mm).
+        window_hu: the fixed intensity window of the networks.
+        margin_mm: margin around each coarse lung (the training crops' margin).
+        device: torch device.
+        fast: no window overlap in the fine stage.
+        sw_batch_size: windows per forward pass (None: :func:`segpipe.device.window_batch`).
+        min_lung_ml: a side counts as found only with this much confident coarse lung.
+        confident: coarse lung probability that counts towards ``min_lung_ml``.
+        rules: the clean-up steps' parameters.
+    """
+
+    coarse: StageConfig
+    fine: StageConfig
+    coarse_mm: tuple[float, float, float]
+    coarse_size_xyz: tuple[int, int, int] | None
+    fine_mm: tuple[float, float, float]
+    window_hu: tuple[float, float]
+    margin_mm: float
+    device: Any
+    fast: bool = False
+    sw_batch_size: int | None = None
+    min_lung_ml: float = MIN_LUNG_ML
+    confident: float = 0.9
+    rules: RuleSet = RuleSet()
+
+    @property
+    def fine_overlap(self) -> float:
+        """The fine stage's window overlap (none with ``fast``)."""
+        return 0.0 if self.fast else self.fine.overlap
+
+    def window_batch(self, stage: StageConfig) -> int:
+        """Windows per forward pass for ``stage``: ``sw_batch_size`` when given, else
+        :func:`segpipe.device.window_batch` (one on a CPU running bf16, the stage's batch
+        elsewhere)."""
+        from segpipe.device import use_amp, window_batch
+
+        return self.sw_batch_size or window_batch(self.device, stage.batch_size, use_amp(self.device, stage.amp))
+
+
+def peak_rss_bytes() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
+
+
+_MALLOC_TRIM: Any = None
+
+
+def release_freed_memory() -> None:
+    """Hand memory that was freed but kept by the C allocator back to the system (glibc's
+    ``malloc_trim``; nothing elsewhere). Between the stages this lowers the peak: the coarse
+    stage's buffers would otherwise still count while the fine stage runs (about 60 MB on a
+    512x512x1000 scan)."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+def load_network(stage_name: str, stage: StageConfig, weights: dict[str, Any], device: Any) -> Any:
+    """The stage's network with the model file's weights, ready for inference on ``device``."""
+    from segpipe.device import for_inference
+    from segpipe.errors import ModelError
+    from segpipe.model import build_network
+
+    net = build_network(stage.network)
+    try:
+        net.load_state_dict(weights)
+    except (RuntimeError, KeyError) as err:
+        raise ModelError(f"the model file's {stage_name} weights do not match its network settings") from err
+    return for_inference(net, device)

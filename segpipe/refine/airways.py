@@ -1,0 +1,113 @@
+"""Rule ``airways``: the trachea and main bronchi are never lung.
+
+They are tracked on the coarse grid (:func:`track_airways`, from the trachea down through the
+lumen) and cleared from the lungs on the scan's grid. A scan without the trachea (lung bases,
+abdomen) has none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import ndimage
+
+from segpipe.refine._util import CROSS2, map_parallel
+from segpipe.refine.base import RuleReport, ScanContext
+
+__all__ = ["AirwaysParams", "trachea_seed", "track_airways", "coarse_airways", "rule"]
+
+
+@dataclass(frozen=True)
+class AirwaysParams:
+    """Args:
+        enabled: run the rule (off: no airways are tracked, nothing is cleared).
+        lumen_hu: airway lumen on the coarse grid is darker than this.
+        max_area_cm2: tracking stops where the air regions of a slice add up to more than this.
+    """
+
+    enabled: bool = True
+    lumen_hu: float = -900.0
+    max_area_cm2: float = 8.0
+
+
+def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]) -> tuple[int, np.ndarray] | None:
+    """The highest slice holding a small, round air region near the left-right middle of the
+    body's air: that is the trachea (area 0.7 - 8 cm^2). Returns (z index, 2D mask)."""
+    pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
+    nz, _, nx = candidates.shape
+    for z in range(nz - 1, -1, -1):  # LPS: high z is superior
+        labels, n = ndimage.label(candidates[z], structure=CROSS2)
+        if n == 0:
+            continue
+        for i in range(1, n + 1):
+            region = labels == i
+            area = region.sum() * pixel_cm2
+            if not 0.7 <= area <= 8.0:
+                continue
+            ys, xs = np.nonzero(region)
+            if abs(xs.mean() - nx / 2) > nx * 0.15:
+                continue
+            extent = (np.ptp(xs) + 1) * spacing_xyz[0], (np.ptp(ys) + 1) * spacing_xyz[1]
+            if max(extent) > 2.5 * min(extent):
+                continue
+            if n <= 2:  # above the lung apices only the trachea (and maybe the esophagus) is air
+                return z, region
+    return None
+
+
+def track_airways(air: np.ndarray, spacing_xyz: tuple[float, float, float], *, max_area_cm2: float = 8.0) -> np.ndarray:
+    """Trachea and main bronchi in a canonical ``(z, y, x)`` mask of air inside the body,
+    followed slice by slice from :func:`trachea_seed` downward: a slice keeps the air regions
+    that overlap the previous slice's airway (one pixel of slack). Tracking stops, keeping
+    nothing of that slice, as soon as it stops looking like a trachea or two main bronchi:
+    more than two regions, together larger than ``max_area_cm2``, or more than twice the
+    previous slice's area (plus 1 cm^2). That is where the airway meets the lung's own air
+    (the hilum) or dark, fragmented parenchyma, so no lung is taken. Empty when no trachea is
+    found (a scan of the lung bases or the abdomen)."""
+    out = np.zeros(air.shape, bool)
+    seed = trachea_seed(air, spacing_xyz)
+    if seed is None:
+        return out
+    z0, region = seed
+    out[z0] = region
+    pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
+    previous = float(region.sum()) * pixel_cm2
+    for z in range(z0 - 1, -1, -1):
+        reach = ndimage.binary_dilation(out[z + 1], structure=CROSS2)
+        labels, n = ndimage.label(air[z], structure=CROSS2)
+        if n == 0:
+            break
+        touching = np.unique(labels[reach & (labels > 0)])
+        if not 1 <= touching.size <= 2:
+            break
+        area = float(np.bincount(labels.ravel(), minlength=n + 1)[touching].sum()) * pixel_cm2
+        if area > max_area_cm2 or area > 2.0 * previous + 1.0:
+            break
+        out[z] = np.isin(labels, touching)
+        previous = area
+    return out
+
+
+def coarse_airways(hu_zyx: np.ndarray, body: np.ndarray, spacing_xyz: tuple[float, float, float],
+                   p: AirwaysParams = AirwaysParams()) -> np.ndarray:
+    """The trachea and main bronchi on the coarse grid: tracked through the lumen inside the
+    body (:func:`track_airways`) and grown by one voxel in-plane for the walls' partial
+    volume. Empty when the rule is off."""
+    if not p.enabled:
+        return np.zeros(body.shape, bool)
+    tracked = track_airways((hu_zyx < p.lumen_hu) & body, spacing_xyz, max_area_cm2=p.max_area_cm2)
+    in_plane = ndimage.generate_binary_structure(3, 1) & np.array([0, 1, 0], bool)[:, None, None]
+    return ndimage.binary_dilation(tracked, structure=in_plane)
+
+
+def rule(mask: np.ndarray, ctx: ScanContext, p: AirwaysParams) -> tuple[np.ndarray, RuleReport]:
+    """Clear the trachea and main bronchi from ``mask`` (scan grid, in place)."""
+
+    def one(z: int) -> int:
+        sl = mask[z]
+        airway = (sl > 0) & ctx.airways(z)
+        sl[airway] = 0
+        return int(np.count_nonzero(airway))
+
+    return mask, RuleReport.of("airways", ctx, removed=sum(map_parallel(one, mask.shape[0])))

@@ -1,0 +1,194 @@
+"""Always-on step ``components``: one connected lung per side, without holes.
+
+Per lung: keep the largest connected component; a dropped piece that touches the other lung's
+kept component joins that lung (the network mislabelled it), other pieces become background;
+then fill what the lung encloses in each axial slice (every 3D cavity too). A lung smaller than
+``min_ml`` after this is removed. Last, labels 1 and 2 are swapped when their centroids lie on
+the wrong sides (physical LPS x), with a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import SimpleITK as sitk
+
+from segpipe import spatial
+from segpipe.refine._util import FULL, IN_PLANE, bounding_box, component_sizes, label, map_parallel, touches
+from segpipe.refine.base import RuleReport, ScanContext
+
+__all__ = ["ComponentsParams", "largest_component", "fill_holes", "fill_slice_holes", "check_sides", "clean_lungs",
+           "clean_lungs_array", "rule"]
+
+
+@dataclass(frozen=True)
+class ComponentsParams:
+    """Args:
+        min_ml: a lung smaller than this after the clean-up is removed.
+    """
+
+    min_ml: float = 5.0
+
+
+def largest_component(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Split a boolean mask into (largest 6-connected component, everything else). Labels
+    only the mask's bounding box (one lung is a fraction of the lungs' box)."""
+    mask = np.asarray(mask, dtype=bool)
+    keep = np.zeros(mask.shape, bool)
+    box = bounding_box(mask)
+    if box is None:
+        return keep, keep.copy()
+    labels, n = label(mask[box])
+    if n <= 1:
+        return mask.copy(), keep
+    sizes = component_sizes(labels, n)
+    sizes[0] = 0
+    keep[box] = labels == int(np.argmax(sizes))
+    return keep, mask & ~keep
+
+
+def _fill_enclosed(mask: np.ndarray, structure: np.ndarray, border_axes: tuple[int, ...]) -> np.ndarray:
+    """``mask`` with the background pieces (connected by ``structure``) inside its bounding
+    box plus one voxel filled, except those that reach the box's faces across ``border_axes``:
+    one labelling, not scipy's repeated dilation from the border."""
+    mask = np.asarray(mask, dtype=bool)
+    box = bounding_box(mask, pad=1)
+    if box is None:
+        return mask.copy()
+    labels, count = label(~mask[box], structure)
+    out = mask.copy()
+    if count == 0:
+        return out
+    faces = np.concatenate([np.take(labels, end, axis=a).ravel() for a in border_axes for end in (0, -1)])
+    outside = np.zeros(count + 1, bool)
+    outside[faces] = True
+    outside[0] = True  # label 0 is the mask itself
+    out[box] |= ~outside[labels]
+    return out
+
+
+def fill_holes(mask: np.ndarray) -> np.ndarray:
+    """Fill cavities enclosed in 3D (e.g. a vessel or nodule missed inside the lung).
+
+    Same result as ``scipy.ndimage.binary_fill_holes`` with face connectivity, but computed
+    by labelling the background inside the mask's bounding box (plus one voxel) once: the
+    pieces that do not reach the box's faces are holes.
+    """
+    return _fill_enclosed(mask, FULL, (0, 1, 2))
+
+
+def fill_slice_holes(mask: np.ndarray) -> np.ndarray:
+    """Fill what a ``(z, y, x)`` mask encloses within each axial slice (face connectivity;
+    the same as ``scipy.ndimage.binary_fill_holes`` slice by slice, with every slice's
+    background labelled at once). For one lung: a consolidation's core and the air bronchi in
+    it that the lung rings in that slice but that reach the airways through other slices, so
+    no 3D cavity (it also fills every 3D cavity). A lung never rings anything else in an axial
+    slice: the mediastinum, the hilum and the chest wall all lie at its edge."""
+    return _fill_enclosed(mask, IN_PLANE, (1, 2))
+
+
+def _sides_swapped(array: np.ndarray, reference: sitk.Image | spatial.Geometry, offset_xyz: tuple[int, int, int]) -> list[str]:
+    """The warning of :func:`check_sides` when labels 1 and 2 of ``array`` (the part of
+    ``reference``'s grid that starts at index ``offset_xyz``) are on the wrong sides, else []."""
+    right = spatial.centroid_index(array, 1)
+    left = spatial.centroid_index(array, 2)
+    if right is None or left is None:
+        return []
+    right_mm, left_mm = spatial.index_to_physical(reference, np.stack([right, left]) + np.asarray(offset_xyz))
+    if right_mm[0] < left_mm[0]:
+        return []
+    return [
+        "labels 1 and 2 were on the wrong sides (label 1 must be the patient's right lung, at lower x "
+        f"in LPS: x = {right_mm[0]:.1f} mm vs {left_mm[0]:.1f} mm); swapped them"
+    ]
+
+
+def _swap_sides(array: np.ndarray) -> None:
+    """Exchange labels 1 and 2 in place."""
+    ones = array == 1
+    array[array == 2] = 1
+    array[ones] = 2
+
+
+def check_sides(label_image: sitk.Image) -> tuple[sitk.Image, list[str]]:
+    """Make label 1 the patient's right lung (lower physical x in LPS) and 2 the left one.
+
+    When both lungs are present and their centroids are in the wrong order, the labels are
+    swapped and a warning says so. Returns the (possibly swapped) label and the warnings.
+    """
+    view = sitk.GetArrayViewFromImage(label_image)
+    box = bounding_box(view)
+    warnings = [] if box is None else _sides_swapped(view[box], label_image, tuple(int(s.start) for s in reversed(box)))  # type: ignore[arg-type]
+    if not warnings:
+        return label_image, []
+    array = np.array(view)
+    _swap_sides(array)
+    return spatial.copy_geometry(array, label_image), warnings
+
+
+def clean_lungs(label_image: sitk.Image, *, min_volume_ml: float = 5.0) -> tuple[sitk.Image, list[str]]:
+    """Clean a lung label map (uint8, 0/1/2, with its geometry) and check its sides (see the
+    module's docstring). Returns the cleaned label map (same geometry) and the warnings."""
+    full = np.array(sitk.GetArrayViewFromImage(label_image), dtype=np.uint8)  # one copy
+    warnings, _ = clean_lungs_array(full, label_image, min_volume_ml=min_volume_ml)
+    return spatial.copy_geometry(full, label_image), warnings
+
+
+def clean_lungs_array(
+    array: np.ndarray,
+    reference: sitk.Image | spatial.Geometry,
+    *,
+    offset_xyz: tuple[int, int, int] = (0, 0, 0),
+    min_volume_ml: float = 5.0,
+) -> tuple[list[str], tuple[int, int]]:
+    """:func:`clean_lungs` in place on a ``(z, y, x)`` uint8 array that is the part of
+    ``reference``'s grid starting at index ``offset_xyz`` (the whole grid by default; the
+    cascade passes just the lungs' boxes, so a large scan is never copied). Returns the
+    warnings and the lung voxels (added, removed)."""
+    # work inside the lungs' bounding box (plus one voxel): a fraction of a large scan
+    box = bounding_box(array, pad=1)
+    if box is None:
+        return [], (0, 0)
+    sub = array[box]
+    before = np.count_nonzero(sub)
+    # the two lungs in parallel (labelling and hole filling release the GIL)
+    parts = map_parallel(lambda i: largest_component(sub == i + 1), 2)
+    kept = {1: parts[0][0], 2: parts[1][0]}
+    dropped = {1: parts[0][1], 2: parts[1][1]}
+    del parts
+
+    def whole(i: int) -> np.ndarray:
+        value, other = (1, 2) if i == 0 else (2, 1)
+        # (filling within slices fills every 3D cavity too)
+        return fill_slice_holes(kept[value] | (touches(dropped[other], kept[value]) & ~kept[other]))
+
+    filled = map_parallel(whole, 2)
+    kept.clear()
+    dropped.clear()
+    out = np.zeros_like(sub)
+    for value, mask in zip((1, 2), filled):
+        out[mask & (out == 0)] = value
+    del filled
+    warnings: list[str] = []
+    voxel_ml = spatial.voxel_volume_ml(reference)
+    for value, side in ((1, "right"), (2, "left")):
+        volume = float(np.count_nonzero(out == value)) * voxel_ml
+        if 0 < volume < min_volume_ml:
+            out[out == value] = 0
+            warnings.append(f"removed a {side} lung of only {volume:.1f} mL (below {min_volume_ml} mL)")
+    added = int(np.count_nonzero((out > 0) & (sub == 0)))
+    removed = int(before) - (int(np.count_nonzero(out)) - added)
+    sub[...] = out
+    start = tuple(int(o) + int(s.start) for o, s in zip(offset_xyz, reversed(box)))
+    swapped = _sides_swapped(sub, reference, start)  # type: ignore[arg-type]
+    if swapped:
+        _swap_sides(sub)
+    return warnings + swapped, (added, removed)
+
+
+def rule(mask: np.ndarray, ctx: ScanContext, p: ComponentsParams) -> tuple[np.ndarray, RuleReport]:
+    """Clean the sided label array ``mask`` (scan grid, in place)."""
+    warnings, (added, removed) = clean_lungs_array(mask, ctx.geometry, offset_xyz=ctx.offset_xyz,  # type: ignore[arg-type]
+                                                   min_volume_ml=p.min_ml)
+    return mask, RuleReport.of("components", ctx, added=added, removed=removed, warnings=warnings)

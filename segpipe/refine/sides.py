@@ -1,0 +1,136 @@
+"""Always-on step ``sides``: right and left from physical geometry, never from array order.
+
+On the coarse grid the predicted lung is split into the patient's right and left lung
+(:func:`split_sides`; canonical LPS, x grows toward the patient's left); on the scan's grid
+each lung voxel takes the side of the per-row boundary between those two lungs
+(:func:`side_boundary`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from segpipe.refine._util import component_sizes, label, map_parallel
+from segpipe.refine.base import RuleReport, ScanContext
+
+__all__ = ["SidesParams", "split_sides", "side_boundary", "rule"]
+
+
+@dataclass(frozen=True)
+class SidesParams:
+    """Args:
+        min_fraction: on the coarse grid, a component at least this share of the largest one
+            is a lung of its own.
+    """
+
+    min_fraction: float = 0.15
+
+
+def _split_single(mask: np.ndarray) -> np.ndarray:
+    """Split one lung component into right (1, low x) and left (2) per axial slice at the
+    thinnest column near the middle of the mask's x extent."""
+    out = np.zeros(mask.shape, np.uint8)
+    xs = np.flatnonzero(mask.any(axis=(0, 1)))
+    mid_default = (xs[0] + xs[-1]) // 2
+    half = 0.15 * (xs[-1] - xs[0])
+    for z in range(mask.shape[0]):
+        s = mask[z]
+        if not s.any():
+            continue
+        profile = s.sum(axis=0).astype(float)
+        lo, hi = int(mid_default - half), int(mid_default + half) + 1
+        window = profile[lo:hi]
+        cut = lo + int(np.argmin(window)) if window.size else mid_default
+        out[z, :, :cut][s[:, :cut]] = 1
+        out[z, :, cut:][s[:, cut:]] = 2
+    return out
+
+
+def _left_share(mask: np.ndarray, midline_x: float) -> float:
+    """Share of a ``(z, y, x)`` mask's voxels on the patient's left of ``midline_x`` (x index)."""
+    counts = mask.sum(axis=(0, 1))
+    return float(counts[np.arange(counts.size) > midline_x].sum()) / max(1, int(counts.sum()))
+
+
+def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None) -> np.ndarray:
+    """Label a lung mask by side from geometry alone: 1 right, 2 left.
+
+    ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
+    patient's left). The two largest components (each at least ``min_fraction`` of the
+    largest) are sided by their mean x; a single component (lungs touching in front) is split
+    per slice at its thinnest point near the middle. Smaller pieces are dropped.
+
+    With ``midline_x`` (the body's middle, in x index units), a single component that lies
+    almost entirely on one side of it (less than 10% of its voxels across) is one lung, sided
+    by that position: a scan with one lung is not cut in two. Then a second component smaller
+    than ``min_fraction`` of the largest still counts as the other lung when the two lie
+    almost entirely on opposite sides of it: a collapsed lung beside a whole one.
+    """
+    labels, n = label(lungs)
+    out = np.zeros(lungs.shape, np.uint8)
+    if n == 0:
+        return out
+    sizes = component_sizes(labels, n)
+    sizes[0] = 0
+    order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
+    big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
+    if len(big) < 2 and len(order) >= 2 and midline_x is not None:
+        # a small lung (collapsed, or cut by the scan's end) across the midline from a whole one
+        shares = [_left_share(labels == i, midline_x) for i in order[:2]]
+        if min(shares) < 0.1 and max(shares) > 0.9:
+            big = order[:2]
+    if len(big) >= 2:
+        a, b = big[0], big[1]
+        right, left = (a, b) if np.nonzero(labels == a)[2].mean() < np.nonzero(labels == b)[2].mean() else (b, a)
+        out[labels == right] = 1
+        out[labels == left] = 2
+    else:
+        single = labels == big[0]
+        if midline_x is not None:
+            left_share = _left_share(single, midline_x)
+            if left_share < 0.1 or left_share > 0.9:
+                out[single] = 2 if left_share > 0.5 else 1
+                return out
+        out = _split_single(single)
+    return out
+
+
+def side_boundary(sides: np.ndarray) -> np.ndarray:
+    """Per ``(z, y)`` row of a sided label array (1 right, 2 left; canonical LPS), the x
+    index (float) that separates the lungs: the middle of the gap between the right lung's
+    last voxel and the left lung's first. Rows without both lungs take their slice's median,
+    slices without both take the overall median. Shape ``(z, y)``."""
+    nz, ny, nx = sides.shape
+    xs = np.arange(nx)
+    right_max = np.where(sides == 1, xs, -1).max(axis=2).astype(float)
+    left_min = np.where(sides == 2, xs, nx).min(axis=2).astype(float)
+    both = (right_max >= 0) & (left_min < nx)
+    boundary = np.where(both, (right_max + left_min) / 2.0, np.nan)
+    overall = np.nanmedian(boundary) if both.any() else (nx - 1) / 2.0
+    for z in range(nz):
+        row = boundary[z]
+        if np.isnan(row).all():
+            row[:] = overall
+        else:
+            row[np.isnan(row)] = np.nanmedian(row)
+    return boundary
+
+
+def rule(mask: np.ndarray, ctx: ScanContext, p: SidesParams) -> tuple[np.ndarray, RuleReport]:
+    """Set each lung voxel of ``mask`` (scan grid, lung where non-zero; in place) to 1 (right)
+    or 2 (left) by the per-row boundary between the coarse stage's sided lungs."""
+    xs = np.arange(mask.shape[2]) + ctx.offset_xyz[0]
+
+    def one(z: int) -> None:
+        sl = mask[z]
+        lung = sl > 0
+        if not lung.any():
+            return
+        right = xs[None, :] < ctx.side_boundary(z)[:, None]
+        sl[lung & right] = 1
+        sl[lung & ~right] = 2
+
+    map_parallel(one, mask.shape[0])
+    return mask, RuleReport.of("sides", ctx)
