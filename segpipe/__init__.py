@@ -3,6 +3,8 @@
 Public API (everything else lives in submodules)::
 
     import segpipe
+    seg = segpipe.LungSegmenter.default()          # the bundled model (rules=... to switch rules)
+    result = seg.predict_with_report("scan.nii.gz")  # segpipe.Prediction: .label (uint8 image), .report
     image = segpipe.read_image("scan.nii.gz")      # SimpleITK image, HU, geometry kept
     segpipe.write_image(image, "copy.nii.gz")      # atomic write, exact geometry
 
@@ -18,6 +20,8 @@ from segpipe.errors import ConfigError, GeometryError, InputError, ModelError, O
 
 __all__ = [
     "__version__",
+    "LungSegmenter",
+    "Prediction",
     "SegpipeError",
     "InputError",
     "GeometryError",
@@ -28,7 +32,12 @@ __all__ = [
     "write_image",
 ]
 
-_LAZY = {"read_image": "segpipe.io", "write_image": "segpipe.io"}
+_LAZY = {
+    "read_image": "segpipe.io",
+    "write_image": "segpipe.io",
+    "LungSegmenter": "segpipe.infer",
+    "Prediction": "segpipe.infer",
+}
 
 
 def __getattr__(name: str) -> Any:
