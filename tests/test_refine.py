@@ -1,14 +1,28 @@
-"""Label clean-up: components, holes, side check in physical space."""
+"""The clean-up steps of segpipe.refine: each step's own function (components, holes, sides,
+body, airways, fat, edge snap, pleural air, dense lung), the RuleSet of their parameters, the
+runner run_rules and describe."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import SimpleITK as sitk
-
 from scipy import ndimage
 
-from segpipe import postprocess, spatial
+from segpipe import spatial
+from segpipe.errors import ConfigError
+from segpipe.refine import _util, rules
+from segpipe.refine.airways import AirwaysParams, coarse_airways, track_airways
+from segpipe.refine.base import FineContext, RuleReport, ScanContext
+from segpipe.refine.body import body_interior, body_midline_x
+from segpipe.refine.components import clean_lungs, clean_lungs_array, fill_holes, fill_slice_holes
+from segpipe.refine.dense_lung import DenseLungParams, dense_lung
+from segpipe.refine.dense_to_wall import DenseToWallParams, dense_to_wall
+from segpipe.refine.edge_snap import EdgeSnapParams, snap_edges, snap_label_edges
+from segpipe.refine.fat import FatParams, clear_fat, fat_in_lung
+from segpipe.refine.pleural_air import PleuralAirParams, pleural_air
+from segpipe.refine.rules import STEPS, RuleSet, describe, run_rules
+from segpipe.refine.sides import side_boundary, split_sides
 
 
 def _image(array: np.ndarray, orientation: str = "LPS") -> sitk.Image:
@@ -28,7 +42,7 @@ def test_keeps_largest_component_and_fills_holes() -> None:
     a = _lungs()
     a[8:11, 12:15, 8:11] = 0  # a vessel the network missed, enclosed in the right lung
     a[0:2, 0:2, 0:2] = 1  # a speck of false positive
-    cleaned, warnings = postprocess.clean_lungs(_image(a))
+    cleaned, warnings = clean_lungs(_image(a))
     out = sitk.GetArrayFromImage(cleaned)
     expected = _lungs()
     np.testing.assert_array_equal(out, expected)
@@ -38,18 +52,18 @@ def test_keeps_largest_component_and_fills_holes() -> None:
 def test_piece_touching_the_other_lung_joins_it() -> None:
     a = _lungs()
     a[3:17, 5:25, 33:37] = 1  # the lateral part of the left lung labelled "right" by mistake
-    out = sitk.GetArrayFromImage(postprocess.clean_lungs(_image(a))[0])
+    out = sitk.GetArrayFromImage(clean_lungs(_image(a))[0])
     np.testing.assert_array_equal(out, _lungs())
 
 
 @pytest.mark.parametrize("orientation", ["LPS", "RAS", "LPI"])
 def test_sides_are_checked_in_physical_space(orientation: str) -> None:
     good = _image(_lungs(), orientation)
-    cleaned, warnings = postprocess.clean_lungs(good)
+    cleaned, warnings = clean_lungs(good)
     assert warnings == []
     np.testing.assert_array_equal(sitk.GetArrayViewFromImage(cleaned), sitk.GetArrayViewFromImage(good))
     swapped = np.where(_lungs() == 1, 2, np.where(_lungs() == 2, 1, 0))
-    fixed, warnings = postprocess.clean_lungs(_image(swapped, orientation))
+    fixed, warnings = clean_lungs(_image(swapped, orientation))
     assert len(warnings) == 1 and "swapped" in warnings[0]
     np.testing.assert_array_equal(sitk.GetArrayViewFromImage(fixed), sitk.GetArrayViewFromImage(good))
     assert fixed.GetDirection() == good.GetDirection() and fixed.GetOrigin() == good.GetOrigin()
@@ -59,19 +73,19 @@ def test_tiny_lung_is_removed_with_a_warning() -> None:
     a = np.zeros((20, 30, 40), np.uint8)
     a[3:17, 5:25, 3:17] = 1
     a[5:6, 5:7, 30:32] = 2  # 4 voxels of 8 mm^3: 0.032 mL
-    cleaned, warnings = postprocess.clean_lungs(_image(a), min_volume_ml=1.0)
+    cleaned, warnings = clean_lungs(_image(a), min_volume_ml=1.0)
     assert (sitk.GetArrayViewFromImage(cleaned) == 2).sum() == 0
     assert warnings and "left lung" in warnings[0]
 
 
 def test_split_sides_by_geometry_two_components_and_touching_lungs() -> None:
     lungs = _lungs() > 0
-    np.testing.assert_array_equal(postprocess.split_sides(lungs), _lungs())
+    np.testing.assert_array_equal(split_sides(lungs), _lungs())
     touching = lungs.copy()
     touching[3:17, 8:12, 17:23] = True  # anterior junction: one component
-    sides = postprocess.split_sides(touching)
+    sides = split_sides(touching)
     assert (sides[_lungs() == 1] == 1).all() and (sides[_lungs() == 2] == 2).all()
-    boundary = postprocess.side_boundary(_lungs())
+    boundary = side_boundary(_lungs())
     assert boundary.shape == (20, 30)
     assert (boundary[3:17, 5:25] == (16 + 23) / 2).all()  # middle of the gap in each row
     assert (boundary[0] == 19.5).all()  # rows without lungs take the median
@@ -82,7 +96,7 @@ def test_laterality_of_inference_is_physical() -> None:
     clean-up on a reoriented image)."""
     for orientation in ("RAS", "LPI", "LAS"):
         label = _image(_lungs(), orientation)
-        cleaned, _ = postprocess.clean_lungs(label)
+        cleaned, _ = clean_lungs(label)
         right = spatial.physical_centroid(cleaned, 1)
         left = spatial.physical_centroid(cleaned, 2)
         assert right is not None and left is not None and right[0] < left[0]
@@ -90,18 +104,18 @@ def test_laterality_of_inference_is_physical() -> None:
 
 def test_a_single_lung_is_not_cut_in_two() -> None:
     only_right = _lungs() == 1
-    assert set(np.unique(postprocess.split_sides(only_right)).tolist()) == {0, 1, 2}  # no midline: split
-    sides = postprocess.split_sides(only_right, midline_x=19.5)
+    assert set(np.unique(split_sides(only_right)).tolist()) == {0, 1, 2}  # no midline: split
+    sides = split_sides(only_right, midline_x=19.5)
     assert (sides[only_right] == 1).all()
     only_left = _lungs() == 2
-    assert (postprocess.split_sides(only_left, midline_x=19.5)[only_left] == 2).all()
+    assert (split_sides(only_left, midline_x=19.5)[only_left] == 2).all()
     touching = _lungs() > 0
     touching[3:17, 8:12, 17:23] = True
-    sides = postprocess.split_sides(touching, midline_x=19.5)  # straddles the midline: split
+    sides = split_sides(touching, midline_x=19.5)  # straddles the midline: split
     assert (sides[_lungs() == 1] == 1).all() and (sides[_lungs() == 2] == 2).all()
     hu = np.full((4, 6, 40), -1000.0)
     hu[:, :, 10:30] = 40.0
-    assert postprocess.body_midline_x(hu) == pytest.approx(19.5)
+    assert body_midline_x(hu) == pytest.approx(19.5)
 
 
 def test_a_collapsed_lung_beside_a_whole_one_is_kept() -> None:
@@ -112,13 +126,13 @@ def test_a_collapsed_lung_beside_a_whole_one_is_kept() -> None:
     collapsed = np.zeros_like(lungs)
     collapsed[8:12, 12:17, 6:11] = True  # 100 voxels against the left lung's 14 x 20 x 14
     assert collapsed.sum() < 0.15 * lungs.sum()
-    sides = postprocess.split_sides(lungs | collapsed, midline_x=19.5)
+    sides = split_sides(lungs | collapsed, midline_x=19.5)
     assert (sides[collapsed] == 1).all() and (sides[lungs] == 2).all()
-    assert not postprocess.split_sides(lungs | collapsed)[collapsed].any()
+    assert not split_sides(lungs | collapsed)[collapsed].any()
     across = np.zeros_like(lungs)
     across[8:12, 12:17, 16:23] = True  # on the midline, touching nothing
     across[:, :, 23:] = False
-    sides = postprocess.split_sides((lungs & (np.arange(40) >= 26)) | across, midline_x=19.5)
+    sides = split_sides((lungs & (np.arange(40) >= 26)) | across, midline_x=19.5)
     assert not sides[across].any()
 
 
@@ -131,7 +145,7 @@ def test_body_interior_holds_the_lungs_not_the_air_around_the_patient() -> None:
     hu[:, lung] = -850.0
     hu[:, 55:58, 10:70] = 200.0  # the table: tissue-dense, apart from the body
     hu[5] = -1000.0  # a slice past the patient
-    inside = postprocess.body_interior(hu)
+    inside = body_interior(hu)
     assert inside[:5][:, lung].all()  # the lung is a hole in the body's cross-section
     assert not inside[:5, 2, 2].any() and not inside[:5, 51:55, 40].any()  # outside air, gap above the table
     assert not inside[5].any()
@@ -147,12 +161,12 @@ def test_slice_holes_are_filled_even_when_they_open_in_3d() -> None:
     lung[2:18, 12:18, 12:18] = False  # a core through every slice, open at both ends in 3D
     lung[2:18, 13:16, 20:30] = False  # and a notch from the lung's edge at x = 24 inwards
     lung[5:15, 13:16, 19:25] = False
-    assert np.array_equal(postprocess.fill_holes(lung), lung)  # no 3D cavity
-    filled = postprocess.fill_slice_holes(lung)
+    assert np.array_equal(fill_holes(lung), lung)  # no 3D cavity
+    filled = fill_slice_holes(lung)
     assert filled[10, 14, 14] and filled[2, 14, 14] and filled[17, 14, 14]  # the core, top to bottom
     assert not filled[10, 14, 22] and not filled[3, 14, 22]  # the notch stays open
     assert not (filled & ~lung)[:, :, 19:].any()
-    assert np.array_equal(postprocess.fill_slice_holes(np.zeros((3, 4, 5), bool)), np.zeros((3, 4, 5), bool))
+    assert np.array_equal(fill_slice_holes(np.zeros((3, 4, 5), bool)), np.zeros((3, 4, 5), bool))
     # the same as scipy's 2D filling slice by slice (face connectivity)
     rng = np.random.default_rng(3)
     cross = ndimage.generate_binary_structure(2, 1)
@@ -161,12 +175,10 @@ def test_slice_holes_are_filled_even_when_they_open_in_3d() -> None:
         if i % 2:
             mask = ndimage.binary_opening(mask)
         expected = np.stack([ndimage.binary_fill_holes(sl, structure=cross) for sl in mask])
-        assert np.array_equal(postprocess.fill_slice_holes(mask), expected), i
+        assert np.array_equal(fill_slice_holes(mask), expected), i
 
 
 def test_fill_holes_equals_scipy_with_face_connectivity() -> None:
-    from scipy import ndimage
-
     rng = np.random.default_rng(7)
     for i in range(40):
         shape = tuple(int(v) for v in rng.integers(2, 24, 3))
@@ -174,21 +186,22 @@ def test_fill_holes_equals_scipy_with_face_connectivity() -> None:
         if i % 2:
             mask = ndimage.binary_opening(mask)
         expected = ndimage.binary_fill_holes(mask, structure=ndimage.generate_binary_structure(3, 1))
-        assert np.array_equal(postprocess.fill_holes(mask), expected), (i, shape)
+        assert np.array_equal(fill_holes(mask), expected), (i, shape)
     # a cavity is filled; a tunnel to the border (here: along the last axis) is not
     shell = np.zeros((9, 9, 9), bool)
     shell[1:8, 1:8, 1:8] = True
     shell[3:6, 3:6, 3:6] = False
-    assert postprocess.fill_holes(shell)[4, 4, 4]
+    assert fill_holes(shell)[4, 4, 4]
     shell[4, 4, 6:] = False
-    assert not postprocess.fill_holes(shell)[4, 4, 4]
-    assert not postprocess.fill_holes(np.zeros((4, 4, 4), bool)).any()
+    assert not fill_holes(shell)[4, 4, 4]
+    assert not fill_holes(np.zeros((4, 4, 4), bool)).any()
 
 
 @pytest.mark.parametrize("swap", [False, True])
 def test_clean_lungs_array_on_a_part_of_the_grid_equals_the_whole(swap: bool) -> None:
     """The cascade cleans only the lungs' boxes (an offset part of the grid): same labels and
-    same side check as cleaning the whole map, the sides judged at their true position."""
+    same side check as cleaning the whole map, the sides judged at their true position; the
+    lung voxels it added (the hole) and removed (the speck) are counted."""
     a = _lungs()
     a[8:11, 12:15, 8:11] = 0  # hole
     a[4:6, 20:22, 20:22] = 2  # a speck that is dropped
@@ -197,13 +210,17 @@ def test_clean_lungs_array_on_a_part_of_the_grid_equals_the_whole(swap: bool) ->
     big = np.zeros((30, 50, 60), np.uint8)
     big[6:26, 11:41, 13:53] = a
     reference = _image(big)
-    whole, warnings_whole = postprocess.clean_lungs(reference)
+    whole, warnings_whole = clean_lungs(reference)
     part = big[6:26, 11:41, 13:53].copy()
-    warnings = postprocess.clean_lungs_array(part, spatial.Geometry.of(reference), offset_xyz=(13, 11, 6))
+    before = part.copy()
+    warnings, (added, removed) = clean_lungs_array(part, spatial.Geometry.of(reference), offset_xyz=(13, 11, 6))
     np.testing.assert_array_equal(part, sitk.GetArrayViewFromImage(whole)[6:26, 11:41, 13:53])
     np.testing.assert_array_equal(part, _lungs())
     assert warnings == warnings_whole
     assert len(warnings) == int(swap)
+    assert added == int(np.count_nonzero((part > 0) & (before == 0))) == 27  # the 3 x 3 x 3 hole
+    assert removed == int(np.count_nonzero((part == 0) & (before > 0))) == 8  # the 2 x 2 x 2 speck
+    assert clean_lungs_array(np.zeros((4, 5, 6), np.uint8), spatial.Geometry.of(reference)) == ([], (0, 0))
 
 
 @pytest.mark.parametrize("seed", [11, 13])
@@ -219,7 +236,7 @@ def test_track_airways_finds_the_trachea_and_never_lung(seed: int) -> None:
     hu = sitk.GetArrayFromImage(coarse)
     lung = sitk.GetArrayFromImage(spatial.resample_label(ph.label, (4.0, 4.0, 4.0))) > 0
     airway = sitk.GetArrayFromImage(spatial.resample_label(ph.tissue, (4.0, 4.0, 4.0))) == TISSUES["airway"]
-    tracked = postprocess.track_airways((hu < -900) & postprocess.body_interior(hu), coarse.GetSpacing())
+    tracked = track_airways((hu < -900) & body_interior(hu), coarse.GetSpacing())
     slices = np.flatnonzero(tracked.any(axis=(1, 2)))
     assert len(slices) >= 25  # >= 10 cm of trachea and bronchi
     assert slices[-1] >= hu.shape[0] - 3  # from the top of the scan
@@ -227,7 +244,7 @@ def test_track_airways_finds_the_trachea_and_never_lung(seed: int) -> None:
     assert np.all(airway[tracked])
     # lung bases only (no trachea in the field of view): nothing is taken
     low = hu[: slices[0] - 2]
-    assert not postprocess.track_airways((low < -900) & postprocess.body_interior(low), coarse.GetSpacing()).any()
+    assert not track_airways((low < -900) & body_interior(low), coarse.GetSpacing()).any()
 
 
 def test_track_airways_stops_at_fragmented_dark_parenchyma() -> None:
@@ -240,9 +257,18 @@ def test_track_airways_stops_at_fragmented_dark_parenchyma() -> None:
     air[20:, tube] = True  # trachea in the upper half (z grows upward)
     rng = np.random.default_rng(0)
     air[:20, 10:54, 8:56] = rng.random((20, 44, 48)) < 0.3  # speckled dark lung right under it
-    tracked = postprocess.track_airways(air, (4.0, 4.0, 4.0))
+    tracked = track_airways(air, (4.0, 4.0, 4.0))
     assert tracked[20:].sum() == 20 * tube.sum()  # the whole trachea
     assert tracked[:20].sum() <= tube.sum()  # at most one slice of speckle, never a walk through it
+    # coarse_airways: the same tracking through the lumen of the HU, one voxel wider in-plane; its params are read
+    hu = np.where(air, -1000.0, 40.0).astype(np.float32)
+    body = np.ones(air.shape, bool)
+    airways = coarse_airways(hu, body, (4.0, 4.0, 4.0))
+    assert np.array_equal(airways, np.stack([ndimage.binary_dilation(t, ndimage.generate_binary_structure(2, 1)) for t in tracked]))
+    assert not coarse_airways(hu, body, (4.0, 4.0, 4.0), AirwaysParams(enabled=False)).any()  # off: nothing is cleared
+    assert not coarse_airways(hu, body, (4.0, 4.0, 4.0), AirwaysParams(lumen_hu=-1001.0)).any()  # no lumen that dark
+    small = coarse_airways(hu, body, (4.0, 4.0, 4.0), AirwaysParams(max_area_cm2=0.5))  # the trachea is larger:
+    assert np.flatnonzero(small.any(axis=(1, 2))).tolist() == [air.shape[0] - 1]  # its top slice (the seed) only
 
 
 # ----------------------------------------------------------------------------- fat is never lung
@@ -266,10 +292,11 @@ def _slice_with_blobs(spacing: float) -> tuple[np.ndarray, np.ndarray, dict[str,
 
 @pytest.mark.parametrize("spacing", [0.6, 0.9])
 def test_fat_blob_in_the_lung_mask_is_cleared_and_nothing_else(spacing: float) -> None:
-    from segpipe.postprocess import fat_in_lung
-
     lung, hu, blobs = _slice_with_blobs(spacing)
     fat = fat_in_lung(lung, hu, (spacing, spacing))
+    assert np.array_equal(fat_in_lung(lung, hu, (spacing, spacing), FatParams()), fat)
+    assert not fat_in_lung(lung, hu, (spacing, spacing), FatParams(hu=(-60.0, -30.0))).any()  # the range is read
+    assert not fat_in_lung(lung, hu, (spacing, spacing), FatParams(open_mm=10.0)).any()  # so is the opening
     assert fat.sum() >= 0.8 * blobs["fat"].sum()                       # the fat pad goes
     assert not (fat & blobs["consolidation"]).any()                    # consolidation stays lung
     assert not (fat & blobs["ground_glass"]).any()                     # ground glass stays lung
@@ -279,11 +306,12 @@ def test_fat_blob_in_the_lung_mask_is_cleared_and_nothing_else(spacing: float) -
 
 
 def test_clear_fat_works_slice_by_slice_on_a_label_volume() -> None:
-    from segpipe.postprocess import clear_fat
-
     lung, hu, blobs = _slice_with_blobs(0.8)
     label = np.stack([np.where(lung, 1, 0), np.where(lung, 2, 0), np.zeros_like(lung, int)]).astype(np.uint8)
     hu3 = np.stack([hu, hu, hu])
+    untouched = label.copy()
+    assert clear_fat(untouched, hu3, (0.8, 0.8, 2.5), FatParams(hu=(-60.0, -30.0))) == 0  # the params reach every slice
+    assert np.array_equal(untouched, label)
     cleared = clear_fat(label, hu3, (0.8, 0.8, 2.5))
     gone = (label == 0) & np.stack([lung, lung, np.zeros_like(lung)])
     assert cleared == int(gone.sum()) > 0
@@ -307,8 +335,6 @@ def _chest_slice(spacing: float, lung_hu: float = -850.0, noise: float = 15.0) -
 @pytest.mark.parametrize("spacing", [0.6, 0.9])
 @pytest.mark.parametrize("shift", [-1, 1])
 def test_snap_edges_moves_a_shifted_edge_onto_the_scan(spacing: float, shift: int) -> None:
-    from segpipe.postprocess import snap_edges
-
     truth, hu = _chest_slice(spacing)
     steps = max(1, int(1.2 / spacing))  # the fine stage's edge, about 1 mm off
     lung = ndimage.binary_dilation(truth, iterations=steps) if shift > 0 else ndimage.binary_erosion(truth, iterations=steps)
@@ -317,11 +343,11 @@ def test_snap_edges_moves_a_shifted_edge_onto_the_scan(spacing: float, shift: in
     after = int((snapped ^ truth).sum())
     assert after < 0.25 * before  # most of the ring moves onto the scan's own edge
     assert not (snapped & ~ndimage.binary_dilation(lung, iterations=3)).any()  # bounded reach
+    # the params are read: no HU is aerated lung, so nothing moves
+    assert np.array_equal(snap_edges(lung, hu, (spacing, spacing), p=EdgeSnapParams(hu=(-2000.0, -1500.0))), lung)
 
 
 def test_snap_edges_leaves_dense_lung_and_pneumothorax_alone() -> None:
-    from segpipe.postprocess import snap_edges
-
     spacing = 0.8
     # consolidation: the lung's outer part is dense (+35 HU) against the chest wall (+40 HU)
     truth, hu = _chest_slice(spacing)
@@ -338,8 +364,6 @@ def test_snap_edges_leaves_dense_lung_and_pneumothorax_alone() -> None:
 
 
 def test_snap_edges_adds_only_where_allowed() -> None:
-    from segpipe.postprocess import snap_edges
-
     spacing = 0.7
     truth, hu = _chest_slice(spacing)
     lung = ndimage.binary_erosion(truth, iterations=2)
@@ -351,8 +375,6 @@ def test_snap_edges_adds_only_where_allowed() -> None:
 
 
 def test_snap_label_edges_keeps_each_lung_its_side() -> None:
-    from segpipe.postprocess import snap_label_edges
-
     spacing = 0.8
     truth, hu = _chest_slice(spacing)
     half = truth.shape[1] // 2
@@ -366,6 +388,9 @@ def test_snap_label_edges_keeps_each_lung_its_side() -> None:
             m = label[z] == v
             label[z][m & ~ndimage.binary_erosion(m, iterations=1)] = 0  # the fine stage's edge, 0.8 mm in
     before = int((label != np.stack([ref, ref])).sum())
+    unchanged = label.copy()
+    assert snap_label_edges(unchanged, np.stack([hu, hu]), (spacing, spacing, 2.0), EdgeSnapParams(hu=(-2000.0, -1500.0))) == 0
+    assert np.array_equal(unchanged, label)
     changed = snap_label_edges(label, np.stack([hu, hu]), (spacing, spacing, 2.0))
     after = int((label != np.stack([ref, ref])).sum())
     assert changed > 0 and after < 0.25 * before
@@ -373,8 +398,6 @@ def test_snap_label_edges_keeps_each_lung_its_side() -> None:
 
 
 def test_snap_edges_never_drops_very_dark_lung_at_the_edge() -> None:
-    from segpipe.postprocess import snap_edges
-
     spacing = 0.8
     truth, hu = _chest_slice(spacing)
     rim = truth & ~ndimage.binary_erosion(truth, iterations=4)
@@ -386,9 +409,7 @@ def test_snap_edges_never_drops_very_dark_lung_at_the_edge() -> None:
 def test_map_parallel_keeps_order_and_threads_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Slice-by-slice clean-up runs on several threads: the results must be those of one
     thread, voxel for voxel (fat, edge snap and the per-lung clean-up)."""
-    from segpipe.postprocess import clean_lungs_array, clear_fat, map_parallel, snap_label_edges
-
-    assert map_parallel(lambda i: i * i, 37) == [i * i for i in range(37)]
+    assert _util.map_parallel(lambda i: i * i, 37) == [i * i for i in range(37)]
     spacing = 0.8
     truth, hu = _chest_slice(spacing)
     lung, hu_fat, _ = _slice_with_blobs(spacing)
@@ -403,15 +424,15 @@ def test_map_parallel_keeps_order_and_threads_change_nothing(monkeypatch: pytest
     label0[5:7, 40:45, 40:45] = 2  # a stray piece for the per-lung clean-up
     results = []
     for threads in (1, 2, 3):
-        monkeypatch.setattr(postprocess, "worker_threads", lambda threads=threads: threads)
+        monkeypatch.setattr(_util, "worker_threads", lambda threads=threads: threads)
         label = label0.copy()
         counts = (clear_fat(label, hu3, (spacing, spacing, 2.0)), snap_label_edges(label, hu3, (spacing, spacing, 2.0)))
-        warnings = clean_lungs_array(label, _image(label))
-        results.append((label, counts, warnings))
+        cleaned = clean_lungs_array(label, _image(label))  # (warnings, (added, removed))
+        results.append((label, counts, cleaned))
     assert results[0][1][0] > 0 and results[0][1][1] > 0  # both steps changed something
-    for label, counts, warnings in results[1:]:
+    for label, counts, cleaned in results[1:]:
         np.testing.assert_array_equal(label, results[0][0])
-        assert counts == results[0][1] and warnings == results[0][2]
+        assert counts == results[0][1] and cleaned == results[0][2]
 
 
 def _chest_with_pleural_air(pneumothorax: bool, bulla: bool, spacing: float = 1.5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -454,8 +475,6 @@ def test_pleural_air_finds_a_pneumothorax_in_the_lung_mask(part_left_out: bool) 
     """The network took the whole cavity (lung and the air around it) for lung; the air outside
     the lung is found, the lung itself stays. With ``part_left_out`` the network had already
     left the outer half of the air out of its mask."""
-    from segpipe.postprocess import pleural_air
-
     cavity, air_out, hu = _chest_with_pleural_air(pneumothorax=True, bulla=False)
     mask = cavity.copy()
     if part_left_out:
@@ -471,8 +490,6 @@ def test_pleural_air_finds_a_pneumothorax_in_the_lung_mask(part_left_out: bool) 
 def test_pleural_air_leaves_lung_with_a_bulla_alone() -> None:
     """A bulla against the pleura is vessel-free air too, but walled and inside the lung: nothing
     of a whole lung (bulla included) is taken out, at two spacings."""
-    from segpipe.postprocess import pleural_air
-
     for spacing in (1.5, 2.0):
         cavity, air_out, hu = _chest_with_pleural_air(pneumothorax=False, bulla=True, spacing=spacing)
         assert not air_out.any() and (hu[cavity] < -975).sum() * spacing**3 / 1000 > 10  # the bulla: > 10 mL of air
@@ -484,8 +501,6 @@ def test_pleural_air_takes_a_thin_shell_of_pneumothorax_around_a_collapsed_lung(
     the air all round (too thin for a pocket). The shell goes, on the lung's own edge (the
     midpoint between air and lung), because the air goes on outside the mask; air outside the
     mask that is not valid (past the scan's end) does not count."""
-    from segpipe.postprocess import pleural_air
-
     rng = np.random.default_rng(3)
     n = 90
     d = np.sqrt(((np.indices((n, n, n)) + 0.5 - n / 2) ** 2).sum(0)).astype(np.float32)  # 1 mm voxels
@@ -502,6 +517,7 @@ def test_pleural_air_takes_a_thin_shell_of_pneumothorax_around_a_collapsed_lung(
     kept = mask & ~found
     assert 2 * (kept & lung).sum() / (kept.sum() + lung.sum()) > 0.99
     assert not pleural_air(mask, hu, (1.0, 1.0, 1.0), valid=np.zeros_like(mask)).any()
+    assert not pleural_air(mask, hu, (1.0, 1.0, 1.0), p=PleuralAirParams(min_ml=1e6)).any()  # min_ml is read
 
 
 def test_pleural_air_takes_a_partial_volume_shell_next_to_a_pneumothorax_left_out() -> None:
@@ -510,8 +526,6 @@ def test_pleural_air_takes_a_partial_volume_shell_next_to_a_pneumothorax_left_ou
     goes because it is more air than lung and touches the pneumothorax the network left out;
     without that air outside the mask (not valid) nothing is taken, nor next to the lumen of a
     bronchus the mask ends in."""
-    from segpipe.postprocess import _PLEURAL_GROW_MM, PLEURAL_AIR_HU, pleural_air
-
     rng = np.random.default_rng(4)
     n = 90
     d = np.sqrt(((np.indices((n, n, n)) + 0.5 - n / 2) ** 2).sum(0)).astype(np.float32)  # 1 mm voxels
@@ -521,11 +535,14 @@ def test_pleural_air_takes_a_partial_volume_shell_next_to_a_pneumothorax_left_ou
     hu[lung] = -450.0
     hu += rng.normal(0, 15, hu.shape).astype(np.float32)
     shell = mask & ~lung
-    assert 24.0 - 20.0 <= _PLEURAL_GROW_MM and (ndimage.gaussian_filter(hu, 1.0)[shell] < PLEURAL_AIR_HU).mean() < 0.01
+    p = PleuralAirParams()
+    assert 24.0 - 20.0 <= p.grow_mm and (ndimage.gaussian_filter(hu, p.smooth_mm)[shell] < p.hu).mean() < 0.01
     found = pleural_air(mask, hu, (1.0, 1.0, 1.0))
     assert (found & shell).sum() >= 0.95 * shell.sum()
     assert (found & lung).sum() <= 0.01 * lung.sum()
     assert not pleural_air(mask, hu, (1.0, 1.0, 1.0), valid=~cavity).any()
+    # the shell goes by its contact with the air left out: with a larger contact needed, it stays
+    assert not pleural_air(mask, hu, (1.0, 1.0, 1.0), p=PleuralAirParams(min_contact_mm2=1e9)).any()
     # a bronchus (16 mm lumen, 19 mL of air outside the mask, inside the lung's box) that the
     # mask ends in, its 6 mm branch going on inside the mask: that lumen is air too, but the
     # contact is a bronchus's cross-section (2 cm2), not a pleura
@@ -547,8 +564,6 @@ def test_pleural_air_leaves_lung_around_a_bulla_left_out_alone() -> None:
     """The network left a walled bulla (vessel-free air, > 10 mL) out of its mask: air outside
     the mask that the mask touches, but behind a wall; aerated lung next to it is not air-like
     enough to go (at most the wall's partial-volume rim)."""
-    from segpipe.postprocess import pleural_air
-
     cavity, _, hu = _chest_with_pleural_air(pneumothorax=False, bulla=True)
     bulla = cavity & (hu < -975) & ndimage.binary_erosion(hu < -500, iterations=2)
     mask = cavity & ~ndimage.binary_dilation(bulla, iterations=2)
@@ -558,13 +573,11 @@ def test_pleural_air_leaves_lung_around_a_bulla_left_out_alone() -> None:
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.int32])
 def test_component_sizes_count_like_bincount(dtype: type) -> None:
-    from segpipe.postprocess import component_sizes
-
     rng = np.random.default_rng(3)
     for n in (0, 1, 7, 300):
         labels = rng.integers(0, n + 1, size=(20, 30, 40)).astype(dtype)
         labels[0, 0, 0] = n  # the top label is counted, not dropped off the end
-        np.testing.assert_array_equal(component_sizes(labels, n), np.bincount(labels.ravel(), minlength=n + 1))
+        np.testing.assert_array_equal(_util.component_sizes(labels, n), np.bincount(labels.ravel(), minlength=n + 1))
 
 
 def _lobe_on_the_liver(consolidated: bool, spacing: float = 1.5) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -591,10 +604,11 @@ def test_dense_lung_adds_a_consolidated_lobe_the_coarse_stage_calls_lung() -> No
     """The fine stage left the consolidated lower lobe out (only the aerated lung is in its
     mask); the coarse stage's probability covers the whole cavity: the lobe is added, the
     liver under it and the chest wall are not."""
-    from segpipe.postprocess import dense_lung
-
     cavity, lower, hu, prior = _lobe_on_the_liver(consolidated=True)
     added = dense_lung(cavity & ~lower, prior, hu, (1.5, 1.5, 1.5))
+    assert np.array_equal(dense_lung(cavity & ~lower, prior, hu, (1.5, 1.5, 1.5), p=DenseLungParams()), added)
+    for params in (DenseLungParams(sure=1.01), DenseLungParams(min_ml=1e4), DenseLungParams(hu=100.0)):  # each is read
+        assert not dense_lung(cavity & ~lower, prior, hu, (1.5, 1.5, 1.5), p=params).any(), params
     assert (added & lower).sum() >= 0.9 * lower.sum()
     assert (added & ~cavity).sum() <= 0.05 * lower.sum()  # the coarse edge's blur, at most
     assert not (added & cavity & ~lower).any()
@@ -603,8 +617,6 @@ def test_dense_lung_adds_a_consolidated_lobe_the_coarse_stage_calls_lung() -> No
 def test_dense_lung_leaves_a_clean_lung_and_unsure_regions_alone() -> None:
     """An aerated lung whole in the mask: the coarse stage's blurred rim around it is no lobe.
     A consolidated lobe the coarse stage is unsure of (p < 0.9 everywhere) is not added either."""
-    from segpipe.postprocess import dense_lung
-
     cavity, lower, hu, prior = _lobe_on_the_liver(consolidated=False)
     assert not dense_lung(cavity, prior, hu, (1.5, 1.5, 1.5)).any()
     cavity, lower, hu, prior = _lobe_on_the_liver(consolidated=True)
@@ -648,8 +660,6 @@ def test_dense_to_wall_follows_a_consolidation_out_to_the_ribs() -> None:
     """The coarse stage's mask of a consolidation stops 13 mm short of the ribs: the rest of
     it, out to the ribs, is added; the muscle between and outside the ribs (the same density)
     is not, nor the heart (the same density, nearer the body's axis)."""
-    from segpipe.postprocess import dense_to_wall
-
     c = _consolidation_against_the_ribs()
     out = dense_to_wall(c["core"], c["lung"], c["hu"], (1.5, 1.5, 1.5), c["centre"], allowed=c["body"])
     assert (out & c["rim"]).sum() >= 0.85 * c["rim"].sum()
@@ -662,8 +672,6 @@ def test_dense_to_wall_follows_the_wall_down_into_the_recess() -> None:
     """Below the lobe the coarse stage found, the liver dome (120 HU, contrast) fills the
     middle and the consolidated lung only the recess between it and the ribs: the recess is
     added up to the reach below the lobe, the liver is not."""
-    from segpipe.postprocess import dense_to_wall
-
     c = _consolidation_against_the_ribs()
     below = np.arange(c["hu"].shape[0])[:, None, None] < 12
     liver = below & c["core"]
@@ -680,15 +688,438 @@ def test_dense_to_wall_follows_the_wall_down_into_the_recess() -> None:
 def test_dense_to_wall_needs_ribs_and_stops_at_fat() -> None:
     """Without ribs around it (an abdominal slice) nothing is added; extrapleural fat between
     the consolidation and the ribs stops it (the lung ends there)."""
-    from segpipe.postprocess import dense_to_wall
-
     c = _consolidation_against_the_ribs()
     hu = c["hu"].copy()
     hu[hu > 300] = 45.0  # no ribs: muscle only
     assert not dense_to_wall(c["core"], c["lung"], hu, (1.5, 1.5, 1.5), c["centre"], allowed=c["body"]).any()
+    # the same with the ribs there but a bone threshold nothing reaches
+    assert not dense_to_wall(c["core"], c["lung"], c["hu"], (1.5, 1.5, 1.5), c["centre"], allowed=c["body"],
+                             p=DenseToWallParams(rib_hu=1e9)).any()
+    short = dense_to_wall(c["core"], c["lung"], c["hu"], (1.5, 1.5, 1.5), c["centre"], allowed=c["body"],
+                          p=DenseToWallParams(reach_mm=4.5))  # the reach is read: not out to the ribs (97 mm)
+    assert short.any() and not (short & (c["r"] > 84 + 2 * 4.5 + 1.5)).any()  # out, then along the wall
     hu = c["hu"].copy()
     fat = c["rim"] & (c["r"] > 88)
     hu[fat] = -100.0
     out = dense_to_wall(c["core"], c["lung"], hu, (1.5, 1.5, 1.5), c["centre"], allowed=c["body"])
     assert (out & c["rim"] & ~fat).sum() >= 0.85 * (c["rim"] & ~fat).sum()
     assert not (out & (c["r"] > 88)).any()
+
+
+# ----------------------------------------------------------------------------- RuleSet
+SWITCHABLE = [s.name for s in STEPS if s.switchable]
+ALWAYS_ON = [s.name for s in STEPS if not s.switchable]
+
+
+def test_steps_are_nine_in_one_order() -> None:
+    assert [s.name for s in STEPS] == ["dense_lung", "dense_to_wall", "pleural_air", "body", "airways", "fat", "edge_snap",
+                                       "sides", "components"]
+    assert [s.grid for s in STEPS] == ["fine"] * 3 + ["scan"] * 6
+    assert ALWAYS_ON == ["body", "sides", "components"]
+    assert [s.name for s in STEPS if s.reads_scan and s.grid == "scan"] == ["fat", "edge_snap"]
+
+
+def test_rule_set_defaults_round_trip_through_a_dict() -> None:
+    import json
+
+    defaults = RuleSet()
+    data = defaults.to_dict()
+    assert list(data) == [s.name for s in STEPS]
+    assert all(data[n]["enabled"] is True for n in SWITCHABLE)
+    assert all("enabled" not in data[n] for n in ALWAYS_ON)  # nothing to switch
+    assert data["pleural_air"]["hu"] == PleuralAirParams().hu and data["fat"]["hu"] == list(FatParams().hu)
+    assert RuleSet.from_dict(data) == defaults
+    assert RuleSet.from_dict(json.loads(json.dumps(data))) == defaults  # tuples come back from lists
+    assert RuleSet.from_dict(None) == RuleSet.from_dict({}) == defaults  # a model file without them
+    assert all(defaults.enabled(s.name) for s in STEPS)
+    changed = defaults.updated({"fat": {"hu": [-150, -50]}, "components": {"min_ml": 2}})
+    assert RuleSet.from_dict(json.loads(json.dumps(changed.to_dict()))) == changed
+    assert changed.fat.hu == (-150.0, -50.0) and changed.components.min_ml == 2.0
+
+
+def test_rule_set_updated_switches_and_sets_parameters() -> None:
+    defaults = RuleSet()
+    new = defaults.updated({"dense_lung": False, "pleural_air": {"min_ml": 20}})
+    assert not new.enabled("dense_lung") and new.enabled("pleural_air")
+    assert new.pleural_air.min_ml == 20.0 and isinstance(new.pleural_air.min_ml, float)
+    assert new.pleural_air == PleuralAirParams(min_ml=20.0)  # the other parameters stay
+    assert new.dense_lung == DenseLungParams(enabled=False)
+    for name in ("dense_to_wall", "body", "airways", "fat", "edge_snap", "sides", "components"):
+        assert getattr(new, name) == getattr(defaults, name), name
+    assert defaults == RuleSet() and defaults.enabled("dense_lung")  # a copy: the original is frozen
+    # changes build on the copy they are applied to
+    assert new.updated({"pleural_air": {"hu": -990}}).pleural_air == PleuralAirParams(min_ml=20.0, hu=-990.0)
+    assert new.updated({"dense_lung": True}).dense_lung == DenseLungParams()
+    assert defaults.updated({}) == defaults
+
+
+@pytest.mark.parametrize("name", SWITCHABLE)
+def test_rule_set_bool_shorthand(name: str) -> None:
+    off = RuleSet().updated({name: False})
+    assert off == RuleSet().updated({name: {"enabled": False}}) == RuleSet().switched(off=[name])
+    assert not off.enabled(name)
+    assert all(off.enabled(other) for other in (s.name for s in STEPS) if other != name)
+    assert off.updated({name: True}) == RuleSet() == off.switched(on=[name])
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"lobes": False}, "unknown rule 'lobes' (rules: dense_lung, "),                     # unknown rule
+    ({"fat": True, "postprocess": {}}, "unknown rule 'postprocess'"),
+    ({"fat": {"smooth": 2.0}}, "unknown config key {where}.fat.smooth (allowed: "),     # unknown parameter
+    ({"pleural_air": {"min_ml": 20, "grow": 1}}, "unknown config key {where}.pleural_air.grow "),
+    ({"body": {"enabled": True, "threshold": -400}}, "unknown config key {where}.body.threshold (allowed: hu)"),
+    ({"pleural_air": {"min_ml": "20 mL"}}, "{where}.pleural_air.min_ml: expected a number"),  # wrong types
+    ({"pleural_air": {"min_ml": True}}, "{where}.pleural_air.min_ml: expected a number"),
+    ({"fat": {"enabled": "no"}}, "{where}.fat.enabled: expected true or false"),
+    ({"fat": {"hu": -100}}, "{where}.fat.hu: expected a list"),
+    ({"fat": {"hu": [-200, -100, -30]}}, "{where}.fat.hu: expected 2 values"),
+    ({"fat": {"hu": ["a", -30]}}, "{where}.fat.hu[0]: expected a number"),
+    ({"dense_to_wall": {"rib_bins": 120.5}}, "{where}.dense_to_wall.rib_bins: expected an integer"),
+    ({"edge_snap": "off"}, "{where}.edge_snap: expected true, false or a mapping"),
+    ({"airways": 0}, "{where}.airways: expected true, false or a mapping"),
+])
+def test_rule_set_errors_name_what_is_wrong(changes: dict, message: str) -> None:
+    """Each error names the rule or parameter (and, but for an unknown rule, where it came from)."""
+    for where in ("rules", "model.refine"):
+        with pytest.raises(ConfigError) as err:
+            RuleSet.from_dict(changes, where) if where != "rules" else RuleSet().updated(changes)
+        assert message.format(where=where) in str(err.value), str(err.value)
+
+
+def test_rule_set_rejects_what_is_not_a_mapping_and_unknown_names() -> None:
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        RuleSet().updated(["fat"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="'nope'"):
+        RuleSet().enabled("nope")
+    with pytest.raises(ConfigError, match="'nope'"):
+        RuleSet().switched(off=["nope"])
+
+
+@pytest.mark.parametrize("name", ALWAYS_ON)
+def test_always_on_steps_cannot_be_switched_off(name: str) -> None:
+    for change in (False, {"enabled": False}):
+        with pytest.raises(ConfigError, match=f"{name}.*always on"):
+            RuleSet().updated({name: change})
+    with pytest.raises(ConfigError, match=f"{name}.*always on"):
+        RuleSet().switched(off=[name])
+    # switching one on is harmless, and its parameters can still change
+    assert RuleSet().updated({name: True}) == RuleSet() == RuleSet().updated({name: {"enabled": True}})
+    assert RuleSet().switched(on=[name]) == RuleSet() and RuleSet().enabled(name)
+
+
+def test_switched_rejects_a_rule_both_on_and_off() -> None:
+    with pytest.raises(ConfigError, match="'fat'"):
+        RuleSet().switched(on=["fat", "airways"], off=["dense_lung", "fat"])
+    with pytest.raises(ConfigError, match="'body'"):
+        RuleSet().switched(on=["body"], off=["body"])
+    rule_set = RuleSet().switched(on=["fat"], off=["dense_lung", "edge_snap"])
+    assert rule_set.enabled("fat") and not rule_set.enabled("dense_lung") and not rule_set.enabled("edge_snap")
+    assert RuleSet().switched() == RuleSet()
+
+
+def test_rule_report_counts_voxels_of_its_grid() -> None:
+    class Grid:
+        grid = "scan"
+        voxel_ml = 0.002
+
+    report = RuleReport.of("fat", Grid(), added=3, removed=500, warnings=["w"])  # type: ignore[arg-type]
+    assert report == RuleReport("fat", "scan", True, 0.006, 1.0, ("w",))
+    total = report.plus(RuleReport("fat", "scan", False, 1.0, 0.34, ("v",)))  # two fine regions
+    assert total.name == "fat" and total.enabled and total.warnings == ("w", "v")
+    assert total.added_ml == pytest.approx(1.006) and total.removed_ml == pytest.approx(1.34)
+    assert total.to_dict() == {"enabled": True, "grid": "scan", "added_ml": 1.0, "removed_ml": 1.3}
+
+
+# ----------------------------------------------------------------------------- run_rules
+def _fine_case() -> tuple[np.ndarray, FineContext, dict[str, np.ndarray]]:
+    """A fine region's lattice (1.5 mm) through the chest with ribs: the network's lung is the
+    aerated lung only, the coarse stage is sure of the consolidation's core (dense_lung adds
+    it, dense_to_wall follows it out to the ribs), and a pocket of vessel-free air at the lateral
+    wall on the other side, inside the network's lung (pleural_air takes it out)."""
+    c = _consolidation_against_the_ribs()
+    hu = c["hu"].copy()
+    yy, xx = (np.indices(hu.shape[1:]) + 0.5) * 1.5
+    angle = np.degrees(np.arctan2(yy - 130.0, xx - 130.0)) % 360
+    pocket = c["lung"] & ((angle > 150) & (angle < 210))[None] & (c["r"] > 75)
+    hu[pocket] = -1000.0 + np.random.default_rng(1).normal(0, 15, int(pocket.sum())).astype(np.float32)
+    prior = c["core"].astype(np.float32)
+    lung = c["lung"].copy()
+    lung.flags.writeable = False  # a fine rule returns a new mask
+    ctx = FineContext(hu=hu, spacing_xyz=(1.5, 1.5, 1.5), inside=c["body"], in_scan=np.ones(hu.shape, bool),
+                      network_lung=lung, coarse_prior=lambda: prior, body_centre_yx=lambda: c["centre"])
+    return lung, ctx, {**c, "pocket": pocket}
+
+
+SCAN_SPACING = (0.8, 0.8, 2.5)  # x, y, z (mm)
+
+
+def _scan_case() -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Five axial slices of a scan (0.8 x 0.8 x 2.5 mm, no noise: every count is exact): air
+    around a body (+40 HU) holding two lungs (-850 HU), a bronchus (-1000 HU) entering the left
+    one, and a fat pad (-100 HU) against the right one's medial side. The network's label (all 1:
+    the sides come later) takes both lungs, the bronchus, the fat pad and a speck of the air
+    around the patient; it misses a vessel (+40 HU) in the right lung and puts the left lung's
+    lateral edge one voxel in. Returns HU, label and the parts."""
+    nz, ny, nx = 5, 70, 110
+    yy, xx = np.mgrid[:ny, :nx].astype(np.float32)
+    body = ((yy - 35) / 30) ** 2 + ((xx - 55) / 50) ** 2 <= 1
+    right = ((yy - 35) / 20) ** 2 + ((xx - 30) / 15) ** 2 <= 1  # low x in LPS: the patient's right
+    left = ((yy - 35) / 20) ** 2 + ((xx - 80) / 15) ** 2 <= 1
+    fat = ((yy - 40) ** 2 + (xx - 49) ** 2 <= 5.5**2) & ~right  # 92 pixels; the fat rule finds each of them
+    trachea = ((yy - 35) ** 2 + (xx - 61) ** 2 <= 3.0**2) & ~left  # touches the left lung
+    vessel = (np.abs(yy - 30) <= 1) & (np.abs(xx - 25) <= 1)
+    speck = np.zeros((ny, nx), bool)
+    speck[2:4, 2:4] = True
+    hu2 = np.full((ny, nx), -1000.0, np.float32)
+    hu2[body] = 40.0
+    hu2[right | left] = -850.0
+    hu2[fat] = -100.0
+    hu2[vessel] = 40.0
+    hu2[trachea] = -1000.0
+    hu = np.repeat(hu2[None], nz, axis=0)
+    label = np.zeros((nz, ny, nx), np.uint8)
+    left_in = left & (ndimage.binary_erosion(left) | (xx < 75))  # the lateral edge one voxel in
+    label[:, (right & ~vessel) | left_in | fat | trachea | speck] = 1
+    assert (ndimage.binary_dilation(fat) & right).any() and (ndimage.binary_dilation(trachea) & left).any()
+    parts = {"body": body, "right": right, "left": left, "fat": fat, "trachea": trachea, "speck": speck, "vessel": vessel}
+    return hu, label, {k: np.repeat(v[None], nz, axis=0) for k, v in parts.items()}
+
+
+def _scan_context(hu: np.ndarray, parts: dict[str, np.ndarray], events: list[str] | None = None) -> ScanContext:
+    """The scan-grid context of :func:`_scan_case`; with ``events``, it logs each read of the
+    scan ("read") and the release ("release"), and reading the scan after the release fails."""
+    released = []
+
+    def scan_hu() -> np.ndarray:
+        assert not released, "the scan was read after it was released"
+        if events is not None:
+            events.append("read")
+        return hu
+
+    def release() -> None:
+        released.append(True)
+        if events is not None:
+            events.append("release")
+
+    nz, ny, nx = hu.shape
+    geometry = spatial.Geometry((nx, ny, nz), SCAN_SPACING, (-40.0, 10.0, -300.0), (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0))
+    return ScanContext(scan_hu=scan_hu, release_scan=release, spacing_xyz=SCAN_SPACING, body=lambda z: parts["body"][z],
+                       airways=lambda z: parts["trachea"][z], side_boundary=lambda z: np.full(ny, 55.0),
+                       geometry=geometry, offset_xyz=(0, 0, 0))
+
+
+def _step_by_step(grid: str, mask: np.ndarray, ctx: FineContext | ScanContext, rule_set: RuleSet
+                  ) -> tuple[np.ndarray, dict[str, tuple[int, int]]]:
+    """Each enabled step's own entry point in order on a copy of ``mask``: the final mask and,
+    per step, the lung voxels it added and removed."""
+    mask = mask.copy()
+    changes = {}
+    for step in STEPS:
+        if step.grid != grid or not rule_set.enabled(step.name):
+            continue
+        before = mask > 0
+        mask, _ = step.run(mask, ctx, getattr(rule_set, step.name))
+        after = mask > 0
+        changes[step.name] = int(np.count_nonzero(after & ~before)), int(np.count_nonzero(before & ~after))
+    return mask, changes
+
+
+def test_run_rule_seton_the_fine_grid() -> None:
+    lung, ctx, c = _fine_case()
+    out, reports = run_rules("fine", lung, ctx, RuleSet())
+    assert [r.name for r in reports] == ["dense_lung", "dense_to_wall", "pleural_air"]
+    assert all(r.grid == "fine" and r.enabled and r.warnings == () for r in reports)
+    expected, changes = _step_by_step("fine", lung, ctx, RuleSet())
+    assert np.array_equal(out, expected) and out.dtype == bool
+    for report in reports:
+        added, removed = changes[report.name]
+        assert report.added_ml == pytest.approx(added * ctx.voxel_ml) and report.removed_ml == pytest.approx(removed * ctx.voxel_ml)
+    # each rule did its part: all of them changed something
+    assert changes["dense_lung"][0] > 0 and changes["dense_to_wall"][0] > 0 and changes["pleural_air"][1] > 0
+    assert (out & c["core"]).sum() >= 0.9 * c["core"].sum() and (out & c["rim"]).sum() >= 0.85 * c["rim"].sum()
+    assert not (out & c["pocket"]).any()
+    assert changes["dense_lung"][1] == changes["dense_to_wall"][1] == changes["pleural_air"][0] == 0
+    net = int(np.count_nonzero(out)) - int(np.count_nonzero(lung))
+    assert sum(r.added_ml - r.removed_ml for r in reports) == pytest.approx(net * ctx.voxel_ml)
+    assert ctx.voxel_ml == pytest.approx(1.5**3 / 1000)
+
+
+@pytest.mark.parametrize("off", ["dense_lung", "dense_to_wall", "pleural_air"])
+def test_a_fine_rule_switched_off_leaves_the_mask_as_without_it(off: str) -> None:
+    lung, ctx, c = _fine_case()
+    rule_set = RuleSet().switched(off=[off])
+    out, reports = run_rules("fine", lung, ctx, rule_set)
+    assert [r.name for r in reports] == ["dense_lung", "dense_to_wall", "pleural_air"]
+    assert [r.enabled for r in reports] == [r.name != off for r in reports]
+    assert reports[[r.name for r in reports].index(off)] == RuleReport(off, "fine", enabled=False)
+    expected, _ = _step_by_step("fine", lung, ctx, rule_set)
+    assert np.array_equal(out, expected)
+    default, _ = run_rules("fine", lung, ctx, RuleSet())
+    assert not np.array_equal(out, default)  # the rule mattered here
+    if off == "dense_lung":  # nothing added, so nothing to follow out to the ribs
+        assert reports[1].added_ml == 0 and not (out & ~lung).any()
+
+
+def test_run_rule_seton_the_scan_grid() -> None:
+    hu, label, parts = _scan_case()
+    ctx = _scan_context(hu, parts)
+    voxel_ml = float(np.prod(SCAN_SPACING)) / 1000
+    mask = label.copy()
+    out, reports = run_rules("scan", mask, ctx, RuleSet())
+    assert out is mask  # in place: no copy of the scan's labels
+    assert [r.name for r in reports] == ["body", "airways", "fat", "edge_snap", "sides", "components"]
+    assert all(r.grid == "scan" and r.enabled and r.warnings == () for r in reports)
+    expected, changes = _step_by_step("scan", label, _scan_context(hu, parts), RuleSet())
+    np.testing.assert_array_equal(out, expected)
+    by_name = {r.name: r for r in reports}
+    for name, (added, removed) in changes.items():
+        assert by_name[name].added_ml == pytest.approx(added * voxel_ml), name
+        assert by_name[name].removed_ml == pytest.approx(removed * voxel_ml), name
+    # each step's share, from the case itself
+    assert by_name["body"].removed_ml == pytest.approx(parts["speck"].sum() * voxel_ml) and by_name["body"].added_ml == 0
+    assert by_name["airways"].removed_ml == pytest.approx(parts["trachea"].sum() * voxel_ml)
+    assert by_name["fat"].added_ml == 0
+    assert by_name["fat"].removed_ml == pytest.approx(parts["fat"].sum() * voxel_ml)  # the pad's volume
+    assert by_name["edge_snap"].added_ml > 0  # the left lung's edge, back onto the scan's
+    assert by_name["sides"] == RuleReport("sides", "scan")  # labels change, the lung does not
+    assert by_name["components"].added_ml == pytest.approx(parts["vessel"].sum() * voxel_ml)  # the hole filled
+    assert by_name["components"].removed_ml == 0
+    net = int(np.count_nonzero(out)) - int(np.count_nonzero(label))
+    assert sum(r.added_ml - r.removed_ml for r in reports) == pytest.approx(net * voxel_ml)
+    truth = np.where(parts["right"], 1, np.where(parts["left"], 2, 0))
+    wrong = out != truth  # only the left lung's one-pixel tips, which the edge snap leaves out
+    assert {(int(y), int(x)) for _, y, x in np.argwhere(wrong)} <= {(15, 80), (55, 80), (35, 95)} and not out[wrong].any()
+
+
+def test_fat_rule_on_a_label_array_removes_the_blobs_volume() -> None:
+    """The fat rule alone on the scan's grid: removed_ml is the fat pad's volume (its voxels
+    times the voxel's volume), and nothing else changes."""
+    from segpipe.refine import fat
+
+    hu, label, parts = _scan_case()
+    before = label.copy()
+    ctx = _scan_context(hu, parts)
+    out, report = fat.rule(label, ctx, FatParams())
+    assert out is label
+    np.testing.assert_array_equal(before & ~parts["fat"], out)  # the pad went, nothing else
+    assert report == RuleReport("fat", "scan", removed_ml=report.removed_ml)
+    assert report.removed_ml == pytest.approx(parts["fat"].sum() * ctx.voxel_ml)  # the pad's volume, to the voxel
+    assert parts["fat"].sum() == 5 * 92
+    _, report = fat.rule(label, ctx, FatParams())  # nothing left to take
+    assert report.removed_ml == 0
+
+
+@pytest.mark.parametrize("off", ["airways", "fat", "edge_snap"])
+def test_a_scan_rule_switched_off_leaves_the_mask_as_without_it(off: str) -> None:
+    hu, label, parts = _scan_case()
+    rule_set = RuleSet().switched(off=[off])
+    out, reports = run_rules("scan", label.copy(), _scan_context(hu, parts), rule_set)
+    assert [r.name for r in reports] == ["body", "airways", "fat", "edge_snap", "sides", "components"]
+    assert [r.enabled for r in reports] == [r.name != off for r in reports]
+    assert reports[[r.name for r in reports].index(off)] == RuleReport(off, "scan", enabled=False)
+    expected, _ = _step_by_step("scan", label, _scan_context(hu, parts), rule_set)
+    np.testing.assert_array_equal(out, expected)
+    default, _ = run_rules("scan", label.copy(), _scan_context(hu, parts), RuleSet())
+    assert not np.array_equal(out, default)  # the rule mattered here
+
+
+@pytest.mark.parametrize(("grid", "changes", "off"), [
+    ("fine", {"dense_lung": {"sure": 1.01}}, "dense_lung"),  # a parameter that leaves the rule nothing to do
+    ("fine", {"dense_to_wall": {"rib_hu": 1e9}}, "dense_to_wall"),
+    ("fine", {"pleural_air": {"min_ml": 1e6}}, "pleural_air"),
+    ("scan", {"fat": {"hu": [-60.0, -30.0]}}, "fat"),
+    ("scan", {"edge_snap": {"hu": [-2000.0, -1500.0]}}, "edge_snap"),
+])
+def test_run_rule_setpasses_each_rule_its_parameters(grid: str, changes: dict, off: str) -> None:
+    """A RuleSet's parameters reach the rule through run_rules: one that leaves a rule nothing
+    to do gives the mask of that rule switched off (and a report of nothing done)."""
+    if grid == "fine":
+        lung, ctx, _ = _fine_case()
+        runs = [run_rules(grid, lung, ctx, r) for r in (RuleSet().updated(changes), RuleSet().switched(off=[off]), RuleSet())]
+    else:
+        hu, label, parts = _scan_case()
+        runs = [run_rules(grid, label.copy(), _scan_context(hu, parts), r)
+                for r in (RuleSet().updated(changes), RuleSet().switched(off=[off]), RuleSet())]
+    (changed, reports), (switched_off, _), (default, _) = runs
+    assert np.array_equal(changed, switched_off) and not np.array_equal(changed, default)
+    report = next(r for r in reports if r.name == off)
+    assert report.enabled and report.added_ml == report.removed_ml == 0
+
+
+def test_components_min_ml_reaches_the_scan_grid() -> None:
+    hu, label, parts = _scan_case()
+    ctx = _scan_context(hu, parts)
+    before = int(np.count_nonzero(label))
+    out, reports = run_rules("scan", label, ctx, RuleSet().updated({"components": {"min_ml": 1e6}}))
+    assert not out.any()  # both lungs are below it
+    last = reports[-1]
+    assert last.name == "components" and len(last.warnings) == 2
+    assert "removed a right lung" in last.warnings[0] and "removed a left lung" in last.warnings[1]
+    assert last.added_ml == 0  # the hole it filled went with the lung
+    assert sum(r.added_ml - r.removed_ml for r in reports) == pytest.approx(-before * ctx.voxel_ml)  # every voxel accounted for
+
+
+@pytest.mark.parametrize(("off", "after"), [
+    ((), "edge_snap"),
+    (("fat",), "edge_snap"),
+    (("edge_snap",), "fat"),
+    (("fat", "edge_snap"), None),  # no step reads the scan: released before the first
+    (("airways", "edge_snap"), "fat"),
+])
+def test_the_scan_is_released_once_after_its_last_reader(monkeypatch: pytest.MonkeyPatch, off: tuple[str, ...],
+                                                         after: str | None) -> None:
+    import dataclasses
+
+    events: list[str] = []
+
+    def logged(step: rules.Step) -> rules.Step:
+        def run(mask: np.ndarray, ctx: ScanContext, p: object) -> tuple[np.ndarray, RuleReport]:
+            events.append(f"start {step.name}")
+            out = step.run(mask, ctx, p)
+            events.append(f"end {step.name}")
+            return out
+
+        return dataclasses.replace(step, run=run)
+
+    monkeypatch.setattr(rules, "STEPS", tuple(logged(s) for s in STEPS))
+    hu, label, parts = _scan_case()
+    rule_set = RuleSet().switched(off=list(off))
+    out, reports = run_rules("scan", label, _scan_context(hu, parts, events), rule_set)
+    assert events.count("release") == 1  # once; the context fails a read after it
+    at = events.index("release")
+    if after is None:  # before the first step, and the scan was never read
+        assert at == 0 and "read" not in events
+    else:  # right after the last reader ends, before the next step starts
+        assert events[at - 1] == f"end {after}" and events[at + 1].startswith("start ")
+        assert "read" in events[:at] and "read" not in events[at:]
+    ran = [e[len("start "):] for e in events if e.startswith("start")]
+    assert ran == [s.name for s in STEPS if s.grid == "scan" and s.name not in off]
+    assert [r.enabled for r in reports] == [s.name not in off for s in STEPS if s.grid == "scan"]
+    expected, _ = _step_by_step("scan", _scan_case()[1], _scan_context(hu, parts), rule_set)
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_all_fine_rule_setoff_leave_the_network_lung() -> None:
+    lung, ctx, _ = _fine_case()
+    out, reports = run_rules("fine", lung, ctx, RuleSet().switched(off=["dense_lung", "dense_to_wall", "pleural_air"]))
+    assert np.array_equal(out, lung)
+    assert reports == [RuleReport(n, "fine", enabled=False) for n in ("dense_lung", "dense_to_wall", "pleural_air")]
+    assert all(r.to_dict() == {"enabled": False, "grid": "fine", "added_ml": 0.0, "removed_ml": 0.0} for r in reports)
+
+
+# ----------------------------------------------------------------------------- describe
+def test_describe_gives_nine_numbered_lines_in_order() -> None:
+    lines = describe(RuleSet())
+    assert len(lines) == 9
+    for i, (line, step) in enumerate(zip(lines, STEPS), 1):
+        assert line.startswith(f"{i}. {step.name} "), line
+        assert line.split()[2] == step.grid
+        assert line.split()[3] == ("on" if step.switchable else "always")
+        assert step.summary in line
+    assert "[hu=-975.0, smooth_mm=1.0" in lines[2]  # the parameters, without "enabled"
+    assert "enabled" not in "".join(lines)
+    assert lines[8].endswith("[min_ml=5.0]")
+    changed = describe(RuleSet().updated({"dense_lung": False, "pleural_air": {"min_ml": 20}}))
+    assert changed[0].split()[3] == "off" and changed[2].split()[3] == "on" and "min_ml=20.0" in changed[2]
+    assert changed[1:2] + changed[3:] == lines[1:2] + lines[3:]
+    assert "[hu=[-200.0, -30.0], smooth_mm=1.0, open_mm=2.0, lung_mid_hu=-475.0]" in lines[5]
