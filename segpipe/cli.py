@@ -435,7 +435,8 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", metavar="YAML", help="inference settings: device, fast, min_lung_ml, sw_batch_size, rules "
                                                    "(the command line overrides them)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="default: auto (CUDA when present)")
-    p.add_argument("--fast", action="store_true", default=None, help="no window overlap in the fine stage (faster, rougher)")
+    p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
+                   help="no window overlap in the fine stage (faster, rougher); --no-fast undoes a config's fast: true")
     p.add_argument("--min-lung-ml", type=_non_negative_float, default=None, metavar="ML",
                    help="smallest lung (mL the coarse stage is sure of) that counts as found; smaller finds "
                         "are taken for bowel gas (default 50; lower it for abdominal scans with thin lung bases)")

@@ -10,7 +10,8 @@ import pytest
 import SimpleITK as sitk
 
 from segpipe import io, metrics, spatial
-from segpipe.infer import DEFAULT_MODEL, LungSegmenter
+from segpipe.infer import LungSegmenter
+from segpipe.model import DEFAULT_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
 CHEST = ROOT / "data_samples" / "chest_512"
@@ -81,18 +82,22 @@ def test_a_scan_without_lungs_gives_an_empty_mask_and_a_warning(segmenter: LungS
     assert not sitk.GetArrayViewFromImage(sitk.ReadImage(str(tmp_path / "out" / "abdomen_lungs.nii.gz"))).any()
 
 
+@pytest.mark.slow
 def test_a_consolidated_lobe_is_added_back_from_the_coarse_stage(segmenter: LungSegmenter) -> None:
     """A phantom with lobar consolidation: the fine stage leaves most of the dense lobe out; the
-    coarse stage calls it lung, and the cascade adds it back (``dense_lung_ml``), which lifts
-    the consolidated lung's Dice. Without the rule nothing is added."""
+    coarse stage calls it lung, and the cascade adds it back (the ``dense_lung`` rule, and
+    ``dense_to_wall`` out to the ribs), which lifts the consolidated lung's Dice. Without the
+    rule nothing is added."""
     from segpipe import synthetic
 
     # two consolidated right lower-lobe regions (510 mL added; right Dice 0.886 without the rule, 0.979 with it)
     phantom = synthetic.make_phantom(synthetic.sample_spec(71001, coverage="chest", consolidation=1.0, size_xyz=(256, 256, 160)))
     on = segmenter.predict_with_report(phantom.image)
-    off = LungSegmenter(segmenter.header, segmenter.weights, device="cpu", dense_from_coarse=False).predict_with_report(phantom.image)
-    assert off.report["dense_lung_ml"] == 0.0
-    assert on.report["dense_lung_ml"] >= 100.0, on.report
+    off = LungSegmenter(segmenter.header, segmenter.weights, device="cpu", rules={"dense_lung": False}).predict_with_report(phantom.image)
+    assert off.report["rules"]["dense_lung"] == {"enabled": False, "grid": "fine", "added_ml": 0.0, "removed_ml": 0.0}
+    assert off.report["rules"]["dense_to_wall"]["enabled"] and off.report["rules"]["dense_to_wall"]["added_ml"] == 0.0  # nothing to follow
+    dense = on.report["rules"]["dense_lung"]
+    assert dense["enabled"] and dense["added_ml"] + on.report["rules"]["dense_to_wall"]["added_ml"] >= 100.0, on.report["rules"]
     side = phantom.info["consolidation"][0]["side"]
     d_on = metrics.lung_metrics(on.label, phantom.label)[side]["dice"]
     d_off = metrics.lung_metrics(off.label, phantom.label)[side]["dice"]
@@ -101,34 +106,38 @@ def test_a_consolidated_lobe_is_added_back_from_the_coarse_stage(segmenter: Lung
     assert metrics.lung_metrics(on.label, phantom.label)[other]["dice"] > 0.95
 
 
+@pytest.mark.slow
 def test_a_region_the_coarse_stage_cut_short_grows_until_the_lung_ends(
     segmenter: LungSegmenter, chest: tuple[sitk.Image, sitk.Image], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A coarse stage that misses the lower half of both lungs (a real scan unlike the
     training phantoms) gives boxes that cut the lungs; the fine stage's lung on a region's face
     grows the region until the lungs end. Without the growth the bases are lost."""
-    from segpipe import infer
+    import dataclasses
+
+    from segpipe.infer import coarse, fine
+    from segpipe.infer import segmenter as segmenter_module
 
     image, label = chest
     whole = metrics.lung_metrics(segmenter.predict(image), label)
-    lung_boxes = LungSegmenter._lung_boxes
+    locate = coarse.locate
 
-    def cut(self: LungSegmenter, *args: object, **kwargs: object) -> dict[str, spatial.Box]:
-        boxes = lung_boxes(self, *args, **kwargs)
-        out = {}
-        for side, box in boxes.items():
+    def cut(*args: object, **kwargs: object) -> tuple[coarse.CoarseResult, list[str]]:
+        result, warnings = locate(*args, **kwargs)  # type: ignore[arg-type]
+        boxes = {}
+        for side, box in result.boxes.items():
             lo, hi = list(box.lo_xyz), list(box.hi_xyz)
             lo[2] = (lo[2] + hi[2]) / 2  # the lower half of the box is gone
-            out[side] = spatial.Box(tuple(lo), tuple(hi))  # type: ignore[arg-type]
-        return out
+            boxes[side] = spatial.Box(tuple(lo), tuple(hi))  # type: ignore[arg-type]
+        return dataclasses.replace(result, boxes=boxes), warnings
 
-    monkeypatch.setattr(LungSegmenter, "_lung_boxes", cut)
+    monkeypatch.setattr(segmenter_module, "locate", cut)
     result = segmenter.predict_with_report(image)
     scores = metrics.lung_metrics(result.label, label)
     grown = [r["grown_mm"]["z-"] for r in result.report["fine_regions"].values()]
     assert grown and min(grown) > 0, result.report["fine_regions"]
     for side in ("right", "left"):
         assert scores[side]["dice"] > whole[side]["dice"] - 0.005, (scores, whole)
-    monkeypatch.setattr(infer, "_GROW_ROUNDS", 0)
+    monkeypatch.setattr(fine, "GROW_ROUNDS", 0)
     short = metrics.lung_metrics(segmenter.predict(image), label)
     assert short["right"]["dice"] < 0.9 and short["left"]["dice"] < 0.9, short

@@ -1,46 +1,61 @@
 """Cascade inference mechanics with a small untrained model: exact output geometry for every
 storage orientation, API = CLI, batch skip/overwrite, shards, bad model files, HU offsets,
-and the CUDA out-of-memory fallback (simulated)."""
+the CUDA out-of-memory fallback (simulated), the steps' frozen results (coarse, regions, scan
+source), and the clean-up rules as options (API, ``--no-rule`` / ``--rule`` /
+``--rule-param``, ``--config``, the model file's ``refine``, ``segpipe rules``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import SimpleITK as sitk
 import torch
 
-from segpipe import infer, io, modelfile, spatial
+from segpipe import infer, io, spatial
 from segpipe.cli import main
 from segpipe.config import NetworkConfig
 from segpipe.errors import InputError, ModelError
-from segpipe.network import build_network
-from segpipe.postprocess import body_interior
+from segpipe.infer import coarse, fine, regions, segmenter
+from segpipe.infer.scan import Scan, ScanSource
+from segpipe.infer.settings import load_network
+from segpipe.model import ModelHeader, any_lung, build_network, channel_probability_, save_model, sliding_window_probs
+from segpipe.refine import body_interior
+
+RULE_ORDER = ["dense_lung", "dense_to_wall", "pleural_air", "body", "airways", "fat", "edge_snap", "sides", "components"]
+ALWAYS_ON = {"body", "sides", "components"}
 
 
-def _stage(net: NetworkConfig, patch: list[int]) -> dict:
-    return {"network": build_network(net).settings(), "patch_xyz": patch, "overlap": 0.25, "batch_size": 2, "amp": False}
+def _stage(net: NetworkConfig, patch: list[int], amp: bool) -> dict:
+    return {"network": build_network(net).settings(), "patch_xyz": patch, "overlap": 0.25, "batch_size": 2, "amp": amp}
 
 
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _save_tiny_model(path: Path, *, amp: bool = False, refine: dict[str, Any] | None = None) -> Path:
     """A tiny untrained model whose fine stage predicts lung on dark voxels: enough to test
-    the mechanics, not the accuracy."""
+    the mechanics, not the accuracy (the same weights for every call: seeded)."""
     torch.manual_seed(0)
     net_cfg = NetworkConfig(base_width=4, max_width=8, blocks_per_stage=1, depth=2)
-    coarse, fine = build_network(net_cfg), build_network(net_cfg)
+    coarse_net, fine_net = build_network(net_cfg), build_network(net_cfg)
     header = {
         "labels": {"0": "background", "1": "right_lung", "2": "left_lung"},
         "spacing": {"coarse_mm": [6.0, 6.0, 6.0], "fine_mm": [3.0, 3.0, 3.0], "coarse_size_xyz": None},
         "intensity": {"window_hu": [-1024.0, 400.0]},
         "margin_mm": 6.0,
-        "coarse": _stage(net_cfg, [32, 32, 32]),
-        "fine": _stage(net_cfg, [32, 32, 32]),
+        "coarse": _stage(net_cfg, [32, 32, 32], amp),
+        "fine": _stage(net_cfg, [32, 32, 32], amp),
     }
-    path = tmp_path_factory.mktemp("model") / "model.pt"
-    return modelfile.save_model(path, header, {"coarse": coarse.state_dict(), "fine": fine.state_dict()})
+    if refine is not None:
+        header["refine"] = refine
+    return save_model(path, ModelHeader.from_dict(header), {"coarse": coarse_net.state_dict(), "fine": fine_net.state_dict()})
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _save_tiny_model(tmp_path_factory.mktemp("model") / "model.pt")
 
 
 @pytest.fixture(scope="module")
@@ -50,26 +65,30 @@ def scan() -> sitk.Image:
     return synthetic.make_phantom(synthetic.PhantomSpec(seed=2, size_xyz=(64, 64, 40), coverage="chest")).image
 
 
-def _force_boxes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An untrained coarse net finds no lung; give both lungs a box in the chest instead."""
+def _force_boxes(monkeypatch: pytest.MonkeyPatch, shrink: tuple[float, float, float] | None = None) -> None:
+    """An untrained coarse net finds no lung; after the real coarse stage (body, airways), give
+    both lungs a box in the chest and sides to match (``shrink``: boxes that much smaller)."""
+    real = coarse.locate
 
-    def boxes(self, coarse_label, coarse_img, confident=None):  # type: ignore[no-untyped-def]
-        lo = np.asarray(coarse_img.TransformContinuousIndexToPhysicalPoint([-0.5] * 3))
-        hi = np.asarray(coarse_img.TransformContinuousIndexToPhysicalPoint([s - 0.5 for s in coarse_img.GetSize()]))
-        lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
+    def forced(canonical: sitk.Image, weights: dict, s: Any) -> tuple[coarse.CoarseResult, list[str]]:
+        result, _ = real(canonical, weights, s)
+        g = result.geometry
+        corners = spatial.index_to_physical(g, np.array([[-0.5] * 3, [n - 0.5 for n in g.size]]))
+        lo, hi = corners.min(0), corners.max(0)
         mid = (lo[0] + hi[0]) / 2
-        sides = np.zeros(coarse_label.shape, np.uint8)
+        sides = np.zeros(result.body.shape, np.uint8)
         nx = sides.shape[2]
         sides[:, :, 1 : nx // 2 - 1] = 1  # canonical LPS: low x is the patient's right
         sides[:, :, nx // 2 + 1 : -1] = 2
-        self._coarse_sides = sides
-        self._coarse_body = body_interior(sitk.GetArrayViewFromImage(coarse_img), slack_voxels=1)
-        return {
+        boxes = {
             "right": spatial.Box((lo[0] + 20, lo[1] + 20, lo[2] + 10), (mid, hi[1] - 20, hi[2] - 10)),
             "left": spatial.Box((mid - 10, lo[1] + 20, lo[2] + 10), (hi[0] - 20, hi[1] - 20, hi[2] - 10)),
         }
+        if shrink is not None:
+            boxes = {side: box.expand(shrink) for side, box in boxes.items()}
+        return dataclasses.replace(result, sides=sides, boxes=boxes), []
 
-    monkeypatch.setattr(infer.LungSegmenter, "_lung_boxes", boxes)
+    monkeypatch.setattr(segmenter, "locate", forced)
 
 
 @pytest.mark.parametrize("orientation", ["LPS", "RAS", "LAS", "LPI", "oblique"])
@@ -101,80 +120,96 @@ def test_scan_read_by_predict_is_cut_to_the_lungs_region_without_changing_the_ma
     from the caller's own image, which is never copied. When a fine region grows past the
     part kept (this untrained network's lung covers the boxes' faces), the scan is read again
     and cut anew: the mask is still the same."""
-    _force_boxes(monkeypatch)
+    _force_boxes(monkeypatch, shrink=(-30.0, -30.0, -70.0))  # boxes well inside this coarse scan
     if not grow:
-        monkeypatch.setattr(infer, "_GROW_ROUNDS", 0)
-    forced = infer.LungSegmenter._lung_boxes
-
-    def smaller(self, *args):  # type: ignore[no-untyped-def]  # boxes well inside this coarse scan
-        return {side: box.expand((-30.0, -30.0, -70.0)) for side, box in forced(self, *args).items()}
-
-    monkeypatch.setattr(infer.LungSegmenter, "_lung_boxes", smaller)
+        monkeypatch.setattr(fine, "GROW_ROUNDS", 0)
     image = spatial.reorient(scan, "LPS")  # canonical already: the caller's image is used as is
     path = io.write_image(image, tmp_path / "case.nii.gz")
-    regions: list[tuple[int, ...]] = []
-    cut = infer.LungSegmenter._scan_region
+    cuts: list[tuple[int, ...]] = []
+    cut = ScanSource._region
 
-    def spy(self, canonical, lo, hi):  # type: ignore[no-untyped-def]
+    def spy(self: ScanSource, canonical: sitk.Image, lo: np.ndarray, hi: np.ndarray) -> tuple[sitk.Image, tuple[int, int, int]]:
         region, start = cut(self, canonical, lo, hi)
-        regions.append(tuple(region.GetSize()))
+        cuts.append(tuple(region.GetSize()))
         return region, start
 
-    monkeypatch.setattr(infer.LungSegmenter, "_scan_region", spy)
+    monkeypatch.setattr(ScanSource, "_region", spy)
     seg = infer.LungSegmenter.from_file(model_path, device="cpu")
     from_path = seg.predict_with_report(path)
     grown = [r for r in from_path.report["fine_regions"].values() if "grown_mm" in r]
-    assert bool(grown) == grow and bool(len(regions) > 1) == grow, (regions, from_path.report["fine_regions"])
-    assert np.prod(regions[0]) < 0.8 * np.prod(image.GetSize())
-    cuts = len(regions)
+    assert bool(grown) == grow and bool(len(cuts) > 1) == grow, (cuts, from_path.report["fine_regions"])
+    assert np.prod(cuts[0]) < 0.8 * np.prod(image.GetSize())
+    n_cuts = len(cuts)
     from_image = seg.predict(image)
-    assert len(regions) == cuts  # the caller's image is not copied
-    from_path = from_path.label
-    assert sitk.GetArrayViewFromImage(from_path).any()
-    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(from_path), sitk.GetArrayViewFromImage(from_image))
+    assert len(cuts) == n_cuts  # the caller's image is not copied
+    mask = from_path.label
+    assert sitk.GetArrayViewFromImage(mask).any()
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(mask), sitk.GetArrayViewFromImage(from_image))
 
 
 @pytest.mark.parametrize("spacing", [(0.7, 0.7, 1.0), (1.6, 1.6, 5.0)])
-def test_scan_region_resamples_to_the_same_fine_voxels_as_the_whole_scan(model_path: Path, spacing: tuple[float, float, float]) -> None:
-    """The fine lattice of any box inside the region interpolates to exactly the values it
-    has on the whole scan (thin and thick slices; the lattice reaches past the box)."""
+def test_scan_region_resamples_to_the_same_fine_voxels_as_the_whole_scan(spacing: tuple[float, float, float]) -> None:
+    """The fine lattice of any box inside the region a :class:`ScanSource` keeps interpolates
+    to exactly the values it has on the whole scan (thin and thick slices; the lattice reaches
+    past the box). A range past the part kept reads the scan again; the caller's own scan is
+    never cut."""
     rng = np.random.default_rng(0)
     whole = sitk.GetImageFromArray(rng.integers(-1000, 400, size=(60, 90, 110)).astype(np.int16))
     whole.SetSpacing(spacing)
     whole.SetOrigin((-30.0, 12.5, 100.0))
-    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
-    seg.fine_mm = (1.5, 1.5, 1.5)
+    fine_mm = (1.5, 1.5, 1.5)
+    geometry = spatial.Geometry.of(whole)
+    reads: list[int] = []
+
+    def reread() -> sitk.Image:
+        reads.append(1)
+        return whole
+
+    source = ScanSource(whole, Scan(geometry, geometry, "LPS", True, reread), fine_mm)
     lo = np.asarray(whole.TransformIndexToPhysicalPoint((25, 20, 15)))
     hi = np.asarray(whole.TransformIndexToPhysicalPoint((80, 70, 40)))
-    box = spatial.Box(tuple(lo), tuple(hi))
+    box = spatial.Box(tuple(lo), tuple(hi))  # type: ignore[arg-type]
     start, stop = spatial.box_index_range(whole, box)
-    region, region_start = seg._scan_region(whole, start, stop)
+    source.keep(start, stop)
+    region, region_start = source.image, source.start
     assert np.prod(region.GetSize()) < 0.7 * np.prod(whole.GetSize())
-    np.testing.assert_array_equal(
-        sitk.GetArrayViewFromImage(region),
-        sitk.GetArrayViewFromImage(whole)[region_start[2]:region_start[2] + region.GetSize()[2],
-                                          region_start[1]:region_start[1] + region.GetSize()[1],
-                                          region_start[0]:region_start[0] + region.GetSize()[0]],
-    )
-    lattice = spatial.lattice_grid(whole, seg.fine_mm, box)
-    fine = [
+    view = sitk.GetArrayViewFromImage(whole)[region_start[2]:region_start[2] + region.GetSize()[2],
+                                             region_start[1]:region_start[1] + region.GetSize()[1],
+                                             region_start[0]:region_start[0] + region.GetSize()[0]]
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(region), view)
+    lattice = spatial.lattice_grid(whole, fine_mm, box)
+    values = [
         sitk.GetArrayFromImage(spatial.resample_to_reference(
             src, lattice, interpolator=sitk.sitkLinear, default_value=-1024.0, output_pixel_type=sitk.sitkFloat32))
         for src in (whole, region)
     ]
-    np.testing.assert_array_equal(fine[0], fine[1])
+    np.testing.assert_array_equal(values[0], values[1])
+    # hu_over: a view of the held voxels from a canonical index
+    np.testing.assert_array_equal(source.hu_over(tuple(int(v) for v in start), (3, 4, 5)),  # type: ignore[arg-type]
+                                  sitk.GetArrayViewFromImage(whole)[start[2]:start[2] + 3, start[1]:start[1] + 4, start[0]:start[0] + 5])
+    source.cover(start, stop)  # held already: nothing is read
+    assert reads == []
+    source.cover(start - 10, stop)  # past the part kept: read again, and the region grows
+    assert reads == [1] and all(np.asarray(source.start) <= np.maximum(start - 10, 0))
+    assert all(np.asarray(source.start) + np.asarray(source.image.GetSize()) >= stop)
+    # the caller's own scan (not owned) is held whole and never read again
+    own = ScanSource(whole, Scan(geometry, geometry, "LPS", False, reread), fine_mm)
+    own.keep(start, stop)
+    own.cover(start - 10, stop + 10)
+    assert own.image is whole and own.start == (0, 0, 0) and reads == [1]
 
 
-def test_amp_model_runs_bf16_only_where_the_cpu_has_it(
-    model_path: Path, scan: sitk.Image, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture(scope="module")
+def amp_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _save_tiny_model(tmp_path_factory.mktemp("amp") / "model.pt", amp=True)
+
+
+def test_amp_model_runs_bf16_only_where_the_cpu_has_it(amp_model_path: Path, scan: sitk.Image, monkeypatch: pytest.MonkeyPatch) -> None:
     """A model that asks for AMP runs bf16 on a CPU with native bf16 and fp32 elsewhere
     (emulated bf16 is ~25x slower); the report says which, and the masks agree."""
-    import dataclasses
-
-    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
-    seg.coarse_cfg = dataclasses.replace(seg.coarse_cfg, amp=True)
-    seg.fine_cfg = dataclasses.replace(seg.fine_cfg, amp=True)
+    seg = infer.LungSegmenter.from_file(amp_model_path, device="cpu")
+    s = seg.settings
+    assert s.coarse.amp and s.fine.amp
     masks = {}
     for forced, precision in (("1", "bf16"), ("0", "fp32")):
         monkeypatch.setenv("SEGPIPE_CPU_BF16", forced)
@@ -182,10 +217,10 @@ def test_amp_model_runs_bf16_only_where_the_cpu_has_it(
         assert result.report["precision"] == precision
         masks[precision] = sitk.GetArrayFromImage(result.label)
         # one window per pass is fastest in bf16 on the CPU, pairs (the stage's batch) in fp32
-        assert seg.window_batch(seg.fine_cfg) == (1 if precision == "bf16" else seg.fine_cfg.batch_size)
+        assert s.window_batch(s.fine) == (1 if precision == "bf16" else s.fine.batch_size)
     assert np.mean(masks["bf16"] == masks["fp32"]) > 0.99
-    seg.sw_batch_size = 3  # the user's choice wins
-    assert seg.window_batch(seg.fine_cfg) == 3
+    mine = infer.LungSegmenter.from_file(amp_model_path, device="cpu", sw_batch_size=3)  # the user's choice wins
+    assert mine.settings.window_batch(mine.settings.fine) == 3 and mine.settings.window_batch(mine.settings.coarse) == 3
 
 
 def test_window_batch_rule() -> None:
@@ -240,8 +275,10 @@ def test_batch_mode_skip_overwrite_and_shards(model_path: Path, scan: sitk.Image
     assert capsys.readouterr().out.count("wrote") == 1
 
 
-@pytest.mark.parametrize("problem", ["missing", "corrupt", "not-segpipe", "future-version"])
-def test_bad_model_file_one_line_exit_2_nothing_written(problem: str, model_path: Path, scan: sitk.Image, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("problem", ["missing", "corrupt", "not-segpipe", "future-version", "unknown-rule"])
+def test_bad_model_file_one_line_exit_2_nothing_written(
+    problem: str, model_path: Path, scan: sitk.Image, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src = io.write_image(scan, tmp_path / "case.nii.gz")
     bad = tmp_path / "bad.pt"
     if problem == "corrupt":
@@ -252,10 +289,12 @@ def test_bad_model_file_one_line_exit_2_nothing_written(problem: str, model_path
         payload = torch.load(model_path, weights_only=True)
         payload["format_version"] = 7
         torch.save(payload, bad)
+    elif problem == "unknown-rule":
+        _save_tiny_model(bad, refine={"snow_removal": {"enabled": True}})
     out = tmp_path / "out"
     code = main(["infer", str(src), "-o", str(out), "--model", str(bad), "--device", "cpu", "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith("segpipe infer: error:")
+    assert code == 2 and len(err) == 1 and err[0].startswith("segpipe infer: error:"), err
     assert not out.exists() or list(out.iterdir()) == []
 
 
@@ -269,32 +308,53 @@ def test_hu_offset_is_detected_and_fixed(model_path: Path, scan: sitk.Image, tmp
 
 
 def test_default_model_missing_names_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(infer, "DEFAULT_MODEL", tmp_path / "default.pt")
+    monkeypatch.setattr(segmenter, "DEFAULT_MODEL", tmp_path / "default.pt")
     with pytest.raises(ModelError, match="default.pt"):
         infer.LungSegmenter.default()
 
 
-def test_cuda_oom_falls_back_to_cpu_accumulation_then_cpu(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Simulated: the first two attempts run out of CUDA memory, the third (all CPU) works."""
-    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
-    seg.device = torch.device("cuda")  # pretend; no CUDA call is made below
-    seg._fine_net, seg._fine_net_device = object(), torch.device("cuda")
-    attempts: list[tuple[str, str, int]] = []
+@pytest.mark.parametrize("failures", [2, 3])
+def test_cuda_oom_falls_back_to_cpu_accumulation_then_cpu(model_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int) -> None:
+    """Simulated: the first attempts run out of CUDA memory; the third (all CPU) works, or,
+    when it runs out too, the error goes on."""
+    import segpipe.device
+    import segpipe.model
 
-    def fake_predict(self, net, array, stage, device, accumulate_on, sw_batch, overlap, channel=None):  # type: ignore[no-untyped-def]
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    monkeypatch.setattr(fine, "load_network", lambda *args: "net")
+    cuda = dataclasses.replace(seg.settings, device=torch.device("cuda"))  # pretend; no CUDA call is made below
+    net = fine.FineNetwork(seg.weights["fine"], cuda)
+    assert net.net_device.type == "cuda" and net.fallbacks == []
+    attempts: list[tuple[str, str, int]] = []
+    moves: list[str] = []
+    ooms: list[int] = []
+
+    def fake_probs(model, array, stage, window_hu, device, *, accumulate_on, sw_batch, overlap, channel=None):  # type: ignore[no-untyped-def]
+        assert model == "net" and overlap == cuda.fine_overlap
         attempts.append((device.type, accumulate_on.type, sw_batch))
-        if len(attempts) < 3:
+        if len(ooms) < failures:
+            ooms.append(1)
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
         return torch.zeros(3, *array.shape) if channel is None else torch.zeros(*array.shape)
 
-    monkeypatch.setattr(infer.LungSegmenter, "_predict_probs", fake_predict)
-    monkeypatch.setattr(infer.LungSegmenter, "_move_fine", lambda self, device: object())
+    monkeypatch.setattr(segpipe.model, "sliding_window_probs", fake_probs)
+    monkeypatch.setattr(segpipe.device, "for_inference", lambda model, device: moves.append(torch.device(device).type) or model)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    notes: list[str] = []
-    probs = seg._fine_with_fallback(np.zeros((4, 4, 4), np.float32), notes)
-    assert probs.shape == (4, 4, 4)  # P(background) only
+    if failures == 3:
+        with pytest.raises(torch.cuda.OutOfMemoryError):
+            net.background(np.zeros((4, 4, 4), np.float32))
+        assert len(attempts) == 3
+        return
+    probs = net.background(np.zeros((4, 4, 4), np.float32))
+    assert probs.shape == (4, 4, 4) and isinstance(probs, np.ndarray)  # P(background) only
     assert attempts == [("cuda", "cuda", 2), ("cuda", "cpu", 1), ("cpu", "cpu", 1)]
+    assert moves == ["cpu"] and net.net_device.type == "cpu"  # the network moved once, for the last attempt
+    notes = net.fallbacks
     assert len(notes) == 2 and "accumulation buffer on cpu" in notes[0] and "windows on cpu" in notes[1]
+    # the next region tries the GPU again (the network moves back)
+    attempts.clear()
+    net.background(np.zeros((4, 4, 4), np.float32))
+    assert attempts == [("cuda", "cuda", 2)] and moves == ["cpu", "cuda"] and net.net_device.type == "cuda"
 
 
 def make_small(scan: sitk.Image) -> sitk.Image:
@@ -351,70 +411,120 @@ def test_air_around_the_patient_inside_a_box_is_never_lung(model_path: Path, sca
     assert pred.any() and not (pred > 0)[outside].any()
 
 
-def test_a_side_needs_min_lung_ml_of_confident_coarse_lung(model_path: Path) -> None:
-    """Bowel gas in a scan without lungs gives small or unsure coarse finds: a side counts
-    only with at least ``min_lung_ml`` of confident voxels."""
+# ----------------------------------------------------------------------------- coarse stage
+def _coarse_phantom() -> tuple[sitk.Image, np.ndarray]:
+    """A canonical 4 mm scan with a body and two lungs, and the lungs' labels."""
     hu = np.full((40, 40, 40), -1000.0, np.float32)
     hu[2:38, 4:36, 4:36] = 40.0  # the body; 4 mm voxels hold 0.064 mL each
     label = np.zeros(hu.shape, np.uint8)
     label[8:30, 10:30, 6:16] = 1  # right (low x): 4400 voxels, 281.6 mL
     label[8:20, 10:25, 24:32] = 2  # left: 1440 voxels, 92.2 mL
     hu[label > 0] = -850.0
-    coarse_img = spatial.copy_geometry(hu, sitk.Image(40, 40, 40, sitk.sitkFloat32))
-    coarse_img.SetSpacing((4.0, 4.0, 4.0))
+    image = sitk.GetImageFromArray(hu)
+    image.SetSpacing((4.0, 4.0, 4.0))
+    return image, label
+
+
+def _locate(seg: infer.LungSegmenter, image: sitk.Image, label: np.ndarray, confident: np.ndarray,
+            monkeypatch: pytest.MonkeyPatch) -> tuple[coarse.CoarseResult, list[str]]:
+    """:func:`coarse.locate` on ``image`` at its own spacing, with a network whose lung is
+    ``label`` (background probability 0.05 where ``confident``, 0.3 elsewhere in the lungs)."""
+    import segpipe.model
+
+    def fake_probs(net, array, stage, window_hu, device, **kwargs):  # type: ignore[no-untyped-def]
+        assert net == "coarse net" and array.shape == label.shape
+        background = np.where(label > 0, np.where(confident, 0.05, 0.3), 1.0).astype(np.float32)
+        return torch.from_numpy(np.stack([background, 1.0 - background, np.zeros_like(background)]))
+
+    monkeypatch.setattr(coarse, "load_network", lambda *args: "coarse net")
+    monkeypatch.setattr(segpipe.model, "sliding_window_probs", fake_probs)
+    s = dataclasses.replace(seg.settings, coarse_mm=(4.0, 4.0, 4.0))
+    return coarse.locate(image, seg.weights["coarse"], s)
+
+
+def test_a_side_needs_min_lung_ml_of_confident_coarse_lung(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bowel gas in a scan without lungs gives small or unsure coarse finds: a side counts
+    only with at least ``min_lung_ml`` of confident voxels."""
+    image, label = _coarse_phantom()
     confident = label > 0
     seg = infer.LungSegmenter.from_file(model_path, device="cpu")
-    assert seg.min_lung_ml == infer.MIN_LUNG_ML == 50.0
-    assert set(seg._lung_boxes(label, coarse_img, confident)) == {"right", "left"}
+    assert seg.settings.min_lung_ml == infer.MIN_LUNG_ML == 50.0
+    found, warnings = _locate(seg, image, label, confident, monkeypatch)
+    assert set(found.boxes) == {"right", "left"} and warnings == []
+    assert found.boxes["right"].hi_xyz[0] < found.boxes["left"].lo_xyz[0]  # right is low x (LPS)
+    assert set(np.unique(found.sides[label == 1])) == {1} and set(np.unique(found.sides[label == 2])) == {2}
+    assert found.body.shape == found.airways.shape == label.shape and found.body[label > 0].all()
+    assert found.geometry == spatial.Geometry.of(image) and found.spacing_mm == (4.0, 4.0, 4.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.boxes = {}  # type: ignore[misc]
     strict = infer.LungSegmenter.from_file(model_path, device="cpu", min_lung_ml=100)
-    assert set(strict._lung_boxes(label, coarse_img, confident)) == {"right"}
-    assert not strict._coarse_sides[label == 2].any()  # the dropped side is gone from the sided mask too
+    result, _ = _locate(strict, image, label, confident, monkeypatch)
+    assert set(result.boxes) == {"right"}
+    assert not result.sides[label == 2].any()  # the dropped side is gone from the sided mask too
     unsure = confident.copy()
     unsure[:, :, :20] &= np.arange(40)[:, None, None] < 10  # sure of only 2 of the right lung's 22 slices
-    assert set(seg._lung_boxes(label, coarse_img, unsure)) == {"left"}
+    result, _ = _locate(seg, image, label, unsure, monkeypatch)
+    assert set(result.boxes) == {"left"}
+    result, warnings = _locate(seg, image, label, np.zeros_like(confident), monkeypatch)
+    assert result.boxes == {} and not result.sides.any() and any("no lung found" in w for w in warnings)
     with pytest.raises(ValueError, match="min_lung_ml"):
         infer.LungSegmenter.from_file(model_path, device="cpu", min_lung_ml=-1)
 
 
+# ----------------------------------------------------------------------------- regions
 @pytest.mark.parametrize("overlap", [0.0, 0.25, 0.5])
 def test_window_count_is_monais(overlap: float) -> None:
     """window_count predicts exactly how many windows MONAI's sliding window runs."""
-    from monai.inferers.utils import _get_scan_interval
     from monai.data.utils import dense_patch_slices
+    from monai.inferers.utils import _get_scan_interval
 
     patch = (64, 64, 48)
     for size in [(64, 64, 48), (40, 100, 48), (125, 130, 186), (200, 239, 300), (65, 112, 97)]:
         padded = tuple(max(s, p) for s, p in zip(size, patch))  # MONAI pads up to one window
         interval = _get_scan_interval(padded[::-1], patch[::-1], 3, (overlap,) * 3)
         expected = len(dense_patch_slices(padded[::-1], patch[::-1], interval))
-        assert infer.window_count(size, patch, overlap) == expected, size
+        assert regions.window_count(size, patch, overlap) == expected, size
 
 
 def test_fine_stage_runs_on_the_union_of_the_boxes_when_that_takes_fewer_windows(model_path: Path, scan: sitk.Image) -> None:
-    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
-    canonical, _ = spatial.to_canonical(scan)
+    s = infer.LungSegmenter.from_file(model_path, device="cpu").settings
+    geometry = spatial.Geometry.of(spatial.to_canonical(scan)[0])
     right = spatial.Box((-150.0, 10.0, -300.0), (30.0, 200.0, -20.0))
     left = spatial.Box((-20.0, 10.0, -300.0), (150.0, 200.0, -20.0))
-    regions = seg._fine_regions(canonical, {"right": right, "left": left})
-    assert list(regions) == ["both"] and _within_trim(regions["both"], right.union(left))
-    assert seg._windows(canonical, regions["both"]) < seg._windows(canonical, right) + seg._windows(canonical, left)
+    planned = regions.plan_regions(geometry, {"right": right, "left": left}, s)
+    assert isinstance(planned, tuple) and [r.name for r in planned] == ["both"]
+    both = planned[0]
+    assert _within_trim(both.box, right.union(left)) and both.grown_mm == (0.0,) * 6
+    assert both.context == regions._one_window_at_least(geometry, both.box, s)
+    assert regions.windows(geometry, both.box, s) < regions.windows(geometry, right, s) + regions.windows(geometry, left, s)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        both.name = "right"  # type: ignore[misc]
     # lungs far apart (boxes that do not overlap, a gap between them): one box each
     far_right = spatial.Box((-300.0, 10.0, -300.0), (-180.0, 200.0, -20.0))
     far_left = spatial.Box((180.0, 10.0, -300.0), (300.0, 200.0, -20.0))
-    far = seg._fine_regions(canonical, {"right": far_right, "left": far_left})
-    assert list(far) == ["right", "left"] and _within_trim(far["right"], far_right) and _within_trim(far["left"], far_left)
-    assert list(seg._fine_regions(canonical, {"left": left})) == ["left"]
+    far = {r.name: r for r in regions.plan_regions(geometry, {"right": far_right, "left": far_left}, s)}
+    assert list(far) == ["right", "left"] and _within_trim(far["right"].box, far_right) and _within_trim(far["left"].box, far_left)
+    assert [r.name for r in regions.plan_regions(geometry, {"left": left}, s)] == ["left"]
+    assert regions.plan_regions(geometry, {}, s) == ()
 
 
 def test_single_channel_probability_equals_the_softmax_channel(model_path: Path) -> None:
     seg = infer.LungSegmenter.from_file(model_path, device="cpu")
-    net = seg._network("fine", seg.device)
+    s = seg.settings
+    net = load_network("fine", s.fine, seg.weights["fine"], s.device)
     hu = np.random.default_rng(3).normal(-600, 300, (40, 72, 56)).astype(np.float32)
-    full = infer.sliding_window_probs(net, hu, seg.fine_cfg, seg.window_hu, seg.device)
+    full = sliding_window_probs(net, hu, s.fine, s.window_hu, s.device)
     for channel in range(full.shape[0]):
-        one = infer.sliding_window_probs(net, hu, seg.fine_cfg, seg.window_hu, seg.device, channel=channel)
+        one = sliding_window_probs(net, hu, s.fine, s.window_hu, s.device, channel=channel)
         assert one.shape == full.shape[1:]
         torch.testing.assert_close(one, full[channel], rtol=0, atol=1e-6)
+
+
+def test_a_network_that_does_not_match_its_weights_is_a_model_error(model_path: Path) -> None:
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    s = seg.settings
+    with pytest.raises(ModelError, match="fine weights do not match"):
+        load_network("fine", s.fine, {"bogus": torch.zeros(1)}, s.device)
 
 
 def test_channel_probability_in_place_equals_softmax_even_for_extreme_logits() -> None:
@@ -422,121 +532,162 @@ def test_channel_probability_in_place_equals_softmax_even_for_extreme_logits() -
     logits[1, 0, 0, 0], logits[0, 0, 0, 1], logits[2, 0, 0, 2] = 500.0, -500.0, 1e4  # exp overflows
     expected = torch.softmax(logits, dim=0)
     for k in range(3):
-        got = infer.channel_probability_(logits.clone(), k)
+        got = channel_probability_(logits.clone(), k)
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, expected[k], rtol=1e-5, atol=1e-6)
-    assert (infer.channel_probability_(torch.zeros(1, 4, 4), 0) == 1).all()
+    assert (channel_probability_(torch.zeros(1, 4, 4), 0) == 1).all()
 
 
 def _within_trim(region: spatial.Box, box: spatial.Box) -> bool:
     """``region`` lies inside ``box`` and gave up at most the allowed trim per side."""
-    t = infer._FIT_TRIM_MM + 1e-6
+    t = regions.FIT_TRIM_MM + 1e-6
     return all(b_lo <= r_lo <= b_lo + t and b_hi - t <= r_hi <= b_hi
                for r_lo, r_hi, b_lo, b_hi in zip(region.lo_xyz, region.hi_xyz, box.lo_xyz, box.hi_xyz))
 
 
+def _big_scan(size: tuple[int, int, int], spacing: tuple[float, float, float], origin: tuple[float, float, float]) -> spatial.Geometry:
+    """The grid of a large scan (no voxels)."""
+    return spatial.Geometry(size, spacing, origin, (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0))
+
+
 def test_fine_region_a_voxel_too_long_is_fitted_to_fewer_windows(model_path: Path) -> None:
-    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
-    scan = sitk.Image([512, 512, 1000], sitk.sitkInt16)
-    scan.SetSpacing((0.7, 0.7, 1.0))
-    scan.SetOrigin((-179.0, -179.0, -999.0))
-    p = seg.fine_cfg.patch_xyz[0]
-    step = int(p * (1 - seg._fine_overlap))
-    fine = seg.fine_mm[0]
+    s = infer.LungSegmenter.from_file(model_path, device="cpu").settings
+    scan = _big_scan((512, 512, 1000), (0.7, 0.7, 1.0), (-179.0, -179.0, -999.0))
+    p = s.fine.patch_xyz[0]
+    step = int(p * (1 - s.fine_overlap))
+    fine_mm = s.fine_mm[0]
     # x: exactly one voxel more than 4 rows of windows cover; y and z: far from a multiple
-    x_mm = (p + 3 * step) * fine + 0.4 * fine
-    box = spatial.Box((-x_mm / 2, -70.0, -480.0), (x_mm / 2, 70.0 + 0.3 * step * fine, -160.0))
-    fitted = seg._fit_windows(scan, box)
-    assert seg._windows(scan, fitted) < seg._windows(scan, box)
+    x_mm = (p + 3 * step) * fine_mm + 0.4 * fine_mm
+    box = spatial.Box((-x_mm / 2, -70.0, -480.0), (x_mm / 2, 70.0 + 0.3 * step * fine_mm, -160.0))
+    fitted = regions._fit_windows(scan, box, s)
+    assert regions.windows(scan, fitted, s) < regions.windows(scan, box, s)
     assert _within_trim(fitted, box)
     assert fitted.lo_xyz[1:] == box.lo_xyz[1:] and fitted.hi_xyz[1:] == box.hi_xyz[1:]  # only x moved
     # a box with room to spare in its last window is left alone
     roomy = spatial.Box((-100.0, -70.0, -480.0), (100.0, 70.0, -160.0))
-    assert seg._fit_windows(scan, roomy) == roomy
+    assert regions._fit_windows(scan, roomy, s) == roomy
+    # without overlap (fast) the windows are fitted to the other interval
+    fast = dataclasses.replace(s, fast=True)
+    assert fast.fine_overlap == 0.0 and s.fine_overlap == s.fine.overlap
+    assert regions.windows(scan, regions._fit_windows(scan, box, fast), fast) <= regions.windows(scan, box, fast)
 
 
 def test_a_region_thinner_than_a_window_reads_one_window_of_context(model_path: Path) -> None:
     """A fine region shorter than a window on an axis (lung bases at the top of an abdominal
     scan) is read over one window centred on it, so the network sees the scan around it and
     not constant padding; the window count stays the same, and long axes are left alone."""
-    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
-    scan = sitk.Image([512, 512, 100], sitk.sitkInt16)
-    scan.SetSpacing((0.7, 0.7, 2.5))
-    scan.SetOrigin((-179.0, -179.0, -250.0))
-    p = seg.fine_cfg.patch_xyz
+    s = infer.LungSegmenter.from_file(model_path, device="cpu").settings
+    scan = _big_scan((512, 512, 100), (0.7, 0.7, 2.5), (-179.0, -179.0, -250.0))
+    p = s.fine.patch_xyz
     thin = spatial.Box((-150.0, -80.0, -170.0), (20.0, 120.0, -120.0))  # 50 mm high: under one window
-    grown = seg._one_window_at_least(scan, thin)
-    size = spatial.lattice_grid(scan, seg.fine_mm, grown).GetSize()
-    assert size[2] >= p[2] and seg._windows(scan, grown) == seg._windows(scan, thin)
+    grown = regions._one_window_at_least(scan, thin, s)
+    size = spatial.lattice_grid(scan, s.fine_mm, grown).GetSize()
+    assert size[2] >= p[2] and regions.windows(scan, grown, s) == regions.windows(scan, thin, s)
     assert grown.lo_xyz[:2] == thin.lo_xyz[:2] and grown.hi_xyz[:2] == thin.hi_xyz[:2]
     centre = lambda b: (b.lo_xyz[2] + b.hi_xyz[2]) / 2  # noqa: E731
     assert abs(centre(grown) - centre(thin)) < 1e-6
     roomy = spatial.Box((-150.0, -80.0, -200.0), (20.0, 120.0, -50.0))
-    assert seg._one_window_at_least(scan, roomy) == roomy
+    assert regions._one_window_at_least(scan, roomy, s) == roomy
+    # a planned region writes its box and reads its context
+    (region,) = regions.plan_regions(scan, {"left": thin}, s)
+    assert region.context == regions._one_window_at_least(scan, region.box, s) and region.context != region.box
+
+
+def test_a_region_grows_a_window_row_on_the_faces_asked_not_past_the_scan_nor_medially(model_path: Path) -> None:
+    """``growable_faces``: a face at the scan's end cannot grow, nor the medial face of a
+    one-lung region; ``grown``: a row of windows on each face asked, its context following,
+    and the growth recorded per face."""
+    s = infer.LungSegmenter.from_file(model_path, device="cpu").settings
+    scan = _big_scan((200, 200, 200), (1.0, 1.0, 2.0), (0.0, 0.0, 0.0))  # x, y 0..199 mm, z 0..398 mm
+    box = spatial.Box((20.0, 30.0, 0.0), (90.0, 150.0, 120.0))  # its z- face is at the scan's end
+    right = regions.Region("right", box, regions._one_window_at_least(scan, box, s))
+    assert regions.growable_faces(scan, right, s) == ("x-", "y-", "y+", "z+")  # not x+ (medial), not z-
+    left = dataclasses.replace(right, name="left")
+    assert regions.growable_faces(scan, left, s) == ("x+", "y-", "y+", "z+")
+    both = dataclasses.replace(right, name="both")
+    assert regions.growable_faces(scan, both, s) == ("x-", "x+", "y-", "y+", "z+")
+    row = regions.window_interval(s.fine.patch_xyz[2], s.fine_overlap) * s.fine_mm[2]
+    up = regions.grown(right, ("z+",), scan, s)
+    assert up.box.hi_xyz[2] == pytest.approx(120.0 + row) and up.box.lo_xyz == box.lo_xyz
+    assert up.grown_mm == pytest.approx((0.0, 0.0, 0.0, 0.0, 0.0, row))
+    assert up.context == regions._one_window_at_least(scan, up.box, s) and up.name == "right"
+    again = regions.grown(up, ("z+", "x-"), scan, s)
+    assert again.grown_mm[5] == pytest.approx(2 * row) and again.grown_mm[0] == pytest.approx(20.0)  # x- stops at the scan
+    assert again.box.lo_xyz[0] == pytest.approx(0.0)
+    assert right.box == box and right.grown_mm == (0.0,) * 6  # frozen: the region itself is unchanged
+    assert "grown_mm" in again.to_dict(scan, s) and "grown_mm" not in right.to_dict(scan, s)
+
+
+# ----------------------------------------------------------------------------- coarse lookups
+def _coarse_result(geometry: spatial.Geometry, body: np.ndarray, airways: np.ndarray | None = None) -> coarse.CoarseResult:
+    lung = sitk.Image(list(geometry.size), sitk.sitkFloat32)
+    return coarse.CoarseResult(
+        geometry=geometry, spacing_mm=geometry.spacing, lung=geometry.apply(lung), sides=np.zeros(body.shape, np.uint8),
+        body=body, airways=np.zeros_like(body) if airways is None else airways, boxes={},
+    )
 
 
 def test_body_centre_on_a_fine_grid_is_the_same_physical_point() -> None:
-    """``_body_centre_on`` (the body's axis per slice of a fine region, for dense_to_wall):
-    each fine slice gets the centre of the coarse body's slice it lies in, as an index of the
-    fine grid that names the same physical point; a coarse slice without body takes the
-    nearest slice's centre."""
-    from types import SimpleNamespace
-
-    coarse = spatial.Geometry((30, 20, 10), (4.0, 4.0, 5.0), (-60.0, -40.0, 100.0), (1.0, 0, 0, 0, 1.0, 0, 0, 0, 1.0))
+    """``CoarseResult.body_centre_on`` (the body's axis per slice of a fine region, for
+    dense_to_wall): each fine slice gets the centre of the coarse body's slice it lies in, as
+    an index of the fine grid that names the same physical point; a coarse slice without body
+    takes the nearest slice's centre."""
+    grid = spatial.Geometry((30, 20, 10), (4.0, 4.0, 5.0), (-60.0, -40.0, 100.0), (1.0, 0, 0, 0, 1.0, 0, 0, 0, 1.0))
     body = np.zeros((10, 20, 30), bool)
     for z in range(8):  # a body whose centre moves 1 coarse voxel in x per slice; slices 8-9 empty
         body[z, 5:11, 3 + z:13 + z] = True  # centre (y, x) index (7.5, 7.5 + z)
-    fine = spatial.Geometry((40, 30, 25), (1.5, 1.5, 1.5), (-50.3, -31.1, 101.2), coarse.direction)
-    seg = SimpleNamespace(_coarse_geometry=coarse, _coarse_body=body)
-    got = infer.LungSegmenter._body_centre_on(seg, fine)  # type: ignore[arg-type]
+    fine_grid = spatial.Geometry((40, 30, 25), (1.5, 1.5, 1.5), (-50.3, -31.1, 101.2), grid.direction)
+    got = _coarse_result(grid, body).body_centre_on(fine_grid)
     assert got.shape == (25, 2)
     for k in range(25):
-        z_mm = fine.origin[2] + k * 1.5
-        kc = min(int(round((z_mm - coarse.origin[2]) / 5.0)), 9)
+        z_mm = fine_grid.origin[2] + k * 1.5
+        kc = min(int(round((z_mm - grid.origin[2]) / 5.0)), 9)
         cy, cx = 7.5, 7.5 + min(kc, 7)  # slices 8-9 take slice 7's centre
-        y_mm, x_mm = coarse.origin[1] + cy * 4.0, coarse.origin[0] + cx * 4.0
-        assert got[k, 0] == pytest.approx((y_mm - fine.origin[1]) / 1.5)
-        assert got[k, 1] == pytest.approx((x_mm - fine.origin[0]) / 1.5)
+        y_mm, x_mm = grid.origin[1] + cy * 4.0, grid.origin[0] + cx * 4.0
+        assert got[k, 0] == pytest.approx((y_mm - fine_grid.origin[1]) / 1.5)
+        assert got[k, 1] == pytest.approx((x_mm - fine_grid.origin[0]) / 1.5)
+    # no body at all: the middle of the coarse grid
+    empty = _coarse_result(grid, np.zeros_like(body)).body_centre_on(fine_grid)
+    assert empty[:, 0] == pytest.approx((grid.origin[1] + 9.5 * 4.0 - fine_grid.origin[1]) / 1.5)
+    assert empty[:, 1] == pytest.approx((grid.origin[0] + 14.5 * 4.0 - fine_grid.origin[0]) / 1.5)
 
 
 def test_coarse_body_lookup_on_a_fine_grid_is_nearest_neighbour_resampling() -> None:
-    """``_inside_on`` (the coarse body less airways, looked up on a fine region's grid for the
-    pleural-air step) gives what SimpleITK's nearest-neighbour resampling gives."""
-    from types import SimpleNamespace
-
+    """``CoarseResult.inside_on`` (the coarse body less airways, looked up on a fine region's
+    grid for the pleural-air step) gives what SimpleITK's nearest-neighbour resampling gives."""
     rng = np.random.default_rng(2)
-    coarse = sitk.Image([23, 19, 17], sitk.sitkUInt8)
-    coarse.SetSpacing((4.0, 4.0, 4.5))
-    coarse.SetOrigin((-40.0, -30.0, 100.0))
+    coarse_img = sitk.Image([23, 19, 17], sitk.sitkUInt8)
+    coarse_img.SetSpacing((4.0, 4.0, 4.5))
+    coarse_img.SetOrigin((-40.0, -30.0, 100.0))
     body = rng.random((17, 19, 23)) < 0.6
     airways = rng.random((17, 19, 23)) < 0.1
-    fine = sitk.Image([41, 37, 29], sitk.sitkUInt8)
-    fine.SetSpacing((1.5, 1.5, 1.5))
-    fine.SetOrigin((-31.3, -20.6, 111.1))  # no voxel half way between two coarse ones (ties round either way)
-    seg = SimpleNamespace(_coarse_geometry=spatial.Geometry.of(coarse), _coarse_body=body, _coarse_airways=airways)
-    got = infer.LungSegmenter._inside_on(seg, spatial.Geometry.of(fine))  # type: ignore[arg-type]
+    fine_img = sitk.Image([41, 37, 29], sitk.sitkUInt8)
+    fine_img.SetSpacing((1.5, 1.5, 1.5))
+    fine_img.SetOrigin((-31.3, -20.6, 111.1))  # no voxel half way between two coarse ones (ties round either way)
+    result = _coarse_result(spatial.Geometry.of(coarse_img), body, airways)
+    got = result.inside_on(spatial.Geometry.of(fine_img))
     ref = sitk.GetArrayFromImage(spatial.resample_to_reference(
-        spatial.copy_geometry((body & ~airways).astype(np.uint8), coarse), fine,
+        spatial.copy_geometry((body & ~airways).astype(np.uint8), coarse_img), fine_img,
         interpolator=sitk.sitkNearestNeighbor, default_value=0, output_pixel_type=sitk.sitkUInt8,
     ))
     inside = sitk.GetArrayFromImage(spatial.resample_to_reference(  # where the fine grid lies in the coarse one
-        spatial.copy_geometry(np.ones((17, 19, 23), np.uint8), coarse), fine,
+        spatial.copy_geometry(np.ones((17, 19, 23), np.uint8), coarse_img), fine_img,
         interpolator=sitk.sitkNearestNeighbor, default_value=0, output_pixel_type=sitk.sitkUInt8,
     )).astype(bool)
     assert got.shape == ref.shape and inside.mean() > 0.5
     np.testing.assert_array_equal(got[inside], ref[inside].astype(bool))
-    # _in_scan: "where the fine grid lies in the coarse one" without resampling, also for a grid
+    # in_scan: "where the fine grid lies in the coarse one" without resampling, also for a grid
     # that reaches past the coarse one on three sides
     past = sitk.Image([41, 37, 29], sitk.sitkUInt8)
     past.SetSpacing((1.5, 1.5, 1.5))
     past.SetOrigin((-61.3, 20.6, 151.1))
     within = sitk.GetArrayFromImage(spatial.resample_to_reference(
-        spatial.copy_geometry(np.ones((17, 19, 23), np.uint8), coarse), past,
+        spatial.copy_geometry(np.ones((17, 19, 23), np.uint8), coarse_img), past,
         interpolator=sitk.sitkNearestNeighbor, default_value=0, output_pixel_type=sitk.sitkUInt8,
     )).astype(bool)
     assert 0.1 < within.mean() < 0.9
-    for grid, expected in ((fine, inside), (past, within)):
-        np.testing.assert_array_equal(infer._in_scan(spatial.Geometry.of(grid), spatial.Geometry.of(coarse)), expected)
+    for grid, expected in ((fine_img, inside), (past, within)):
+        np.testing.assert_array_equal(regions.in_scan(spatial.Geometry.of(grid), spatial.Geometry.of(coarse_img)), expected)
 
 
 def test_any_lung_is_argmax_not_background() -> None:
@@ -547,30 +698,227 @@ def test_any_lung_is_argmax_not_background() -> None:
     probs[:, 0, 0, 0] = torch.tensor([0.4, 0.4, 0.2])  # a tie with background
     probs[:, 0, 0, 1] = torch.tensor([0.2, 0.4, 0.4])  # a tie between the lungs
     expected = (probs.argmax(0) != 0).numpy()
-    np.testing.assert_array_equal(infer.any_lung(probs), expected)
+    np.testing.assert_array_equal(any_lung(probs), expected)
     assert not expected[0, 0, 0] and expected[0, 0, 1]
     two = torch.softmax(torch.randn(2, 5, 5, 5, generator=gen), dim=0)  # lung-vs-background models
-    np.testing.assert_array_equal(infer.any_lung(two), (two.argmax(0) != 0).numpy())
+    np.testing.assert_array_equal(any_lung(two), (two.argmax(0) != 0).numpy())
 
 
 def test_lung_on_a_face_counts_only_for_the_lungs_not_for_small_islands() -> None:
-    from segpipe.infer import _lung_on_faces
-
+    on_faces = regions.lung_on_faces
     grid = spatial.Geometry((40, 30, 20), (2.0, 2.0, 2.0), (0.0, 0.0, 0.0), tuple(np.eye(3).ravel()))  # type: ignore[arg-type]
     box = spatial.Box((10.0, 10.0, 10.0), (60.0, 50.0, 30.0))  # voxels x 5..30, y 5..25, z 5..15
-    faces = ("x-", "x+", "y-", "y+", "z-", "z+")
+    faces = regions.FACES
+    assert faces == ("x-", "x+", "y-", "y+", "z-", "z+")
     lung = np.zeros((20, 30, 40), bool)
-    assert _lung_on_faces(lung, grid, box, faces) == ()
+    assert on_faces(lung, grid, box, faces) == ()
     lung[5:14, 8:20, 8:28] = True  # reaches the lower z face: 12 x 20 voxels of 4 mm2
-    assert _lung_on_faces(lung, grid, box, faces) == ("z-",)
-    assert _lung_on_faces(lung, grid, box, ("x-", "z+")) == ()  # only the faces asked about
+    assert on_faces(lung, grid, box, faces) == ("z-",)
+    assert on_faces(lung, grid, box, ("x-", "z+")) == ()  # only the faces asked about
+    assert on_faces(lung, grid, box, ()) == ()
     front = lung.copy()
     front[6:14, 5:16, 14:26] = True  # a part of the lung on the y- face: 8 x 12 voxels, 384 mm2
-    assert _lung_on_faces(front, grid, box, faces) == ("y-", "z-")
+    assert on_faces(front, grid, box, faces) == ("y-", "z-")
     thin = lung.copy()
     thin[6:14, 5:16, 14:20] = True  # 8 x 6 voxels, 192 mm2: under the area
-    assert _lung_on_faces(thin, grid, box, faces) == ("z-",)
+    assert on_faces(thin, grid, box, faces) == ("z-",)
     island = np.zeros_like(lung)
     island[6:15, 17:25, 29:31] = True  # on the x+ face, 9 x 8 voxels (288 mm2), apart from the lung
-    assert _lung_on_faces(lung | island, grid, box, faces) == ("z-",)  # under a fifth of the lung
-    assert _lung_on_faces(island, grid, box, faces) == ("x+",)  # alone, it is the lung
+    assert on_faces(lung | island, grid, box, faces) == ("z-",)  # under a fifth of the lung
+    assert on_faces(island, grid, box, faces) == ("x+",)  # alone, it is the lung
+
+
+# ----------------------------------------------------------------------------- clean-up rules as options
+def _rules_enabled(report: dict[str, Any]) -> dict[str, bool]:
+    return {name: r["enabled"] for name, r in report["rules"].items()}
+
+
+def test_rules_switched_off_in_the_api_are_reported_in_order_and_the_segmenter_keeps_no_state(
+    model_path: Path, scan: sitk.Image, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rules={"fat": False}``: the report lists every step in its order, fat off, the rest
+    on; a prediction sets nothing on the segmenter (its settings are frozen), so a second one
+    gives the same mask."""
+    from segpipe.model import load_model
+
+    _force_boxes(monkeypatch)
+    header, weights = load_model(model_path)
+    seg = infer.LungSegmenter(header, weights, device="cpu", rules={"fat": False})
+    assert seg.header is header and not seg.rules.fat.enabled and seg.rules is seg.settings.rules and seg.rules.edge_snap.enabled
+    before = dict(vars(seg))
+    settings = seg.settings
+    first = seg.predict_with_report(scan)
+    assert vars(seg).keys() == before.keys(), set(vars(seg)) - set(before)
+    assert all(vars(seg)[k] is v for k, v in before.items()) and seg.settings == settings
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        seg.settings.fast = True  # type: ignore[misc]
+    report = first.report
+    assert list(report["rules"]) == RULE_ORDER
+    assert _rules_enabled(report) == {name: name != "fat" for name in RULE_ORDER}
+    for name, r in report["rules"].items():
+        assert set(r) == {"enabled", "grid", "added_ml", "removed_ml"}
+        assert r["grid"] == ("fine" if name in RULE_ORDER[:3] else "scan")
+        assert r["added_ml"] >= 0 and r["removed_ml"] >= 0
+    assert report["rules"]["fat"]["added_ml"] == report["rules"]["fat"]["removed_ml"] == 0.0
+    assert report["rules"]["body"]["removed_ml"] > 0  # the untrained net's lung in the outside air
+    assert "pleural_air_ml" not in report and "dense_lung_ml" not in report
+    json.dumps(report)
+    second = seg.predict_with_report(scan)
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(first.label), sitk.GetArrayViewFromImage(second.label))
+    assert second.report["rules"] == report["rules"]
+
+
+def test_rules_can_be_given_as_a_ruleset_and_a_scan_without_lungs_reports_every_rule(model_path: Path, scan: sitk.Image) -> None:
+    from segpipe.refine import RuleSet
+
+    rules = RuleSet().updated({"edge_snap": False, "pleural_air": {"min_ml": 20}})
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu", rules=rules)
+    assert seg.rules is rules
+    report = seg.predict_with_report(scan).report  # the untrained coarse net finds no lung
+    assert list(report["rules"]) == RULE_ORDER
+    assert _rules_enabled(report) == {name: name != "edge_snap" for name in RULE_ORDER}
+    assert all(r["added_ml"] == r["removed_ml"] == 0.0 for r in report["rules"].values())
+
+
+def test_cli_no_rule_gives_a_report_with_the_rule_off(model_path: Path, scan: sitk.Image, tmp_path: Path) -> None:
+    src = io.write_image(scan, tmp_path / "case.nii.gz")
+    args = ["infer", str(src), "-o", str(tmp_path / "out"), "--model", str(model_path), "--device", "cpu", "--quiet"]
+    assert main([*args, "--no-rule", "fat"]) == 0
+    report = json.loads((tmp_path / "out" / "case_lungs.json").read_text())
+    assert list(report["rules"]) == RULE_ORDER
+    assert _rules_enabled(report) == {name: name != "fat" for name in RULE_ORDER}
+
+
+@pytest.fixture
+def cli_segmenter(monkeypatch: pytest.MonkeyPatch, model_path: Path, scan: sitk.Image, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Runs ``segpipe infer`` up to the segmenter (no scan is segmented): returns the exit
+    code and the segmenter it built (None when it stopped before)."""
+    src = io.write_image(sitk.RegionOfInterest(scan, [8, 8, 8], [0, 0, 0]), tmp_path / "case.nii.gz")
+    built: list[infer.LungSegmenter] = []
+
+    def fake_run_jobs(seg: infer.LungSegmenter, jobs: list, **kwargs: Any) -> list[str]:
+        built.append(seg)
+        return []
+
+    monkeypatch.setattr(infer, "run_jobs", fake_run_jobs)
+
+    def run(*extra: str, model: bool = True) -> tuple[int, infer.LungSegmenter | None]:
+        built.clear()
+        args = ["infer", str(src), "-o", str(tmp_path / "out"), "--quiet", *(["--model", str(model_path)] if model else []), *extra]
+        code = main(args)
+        return code, (built[0] if built else None)
+
+    return run
+
+
+def test_cli_rule_options_reach_the_segmenter(cli_segmenter: Any) -> None:
+    code, seg = cli_segmenter("--device", "cpu", "--rule-param", "pleural_air.min_ml=20", "--no-rule", "edge_snap",
+                              "--no-rule", "airways", "--rule-param", "fat.hu=[-190, -40]")
+    assert code == 0 and seg is not None
+    assert seg.rules.pleural_air.min_ml == 20.0 and seg.rules.pleural_air.enabled
+    assert not seg.rules.edge_snap.enabled and not seg.rules.airways.enabled and seg.rules.fat.enabled
+    assert seg.rules.fat.hu == (-190.0, -40.0)
+    code, seg = cli_segmenter("--device", "cpu")
+    assert code == 0 and seg is not None and all(seg.rules.enabled(n) for n in RULE_ORDER)
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--no-rule", "snow_removal"], "snow_removal"),  # unknown rule
+    (["--rule", "snow_removal"], "snow_removal"),
+    (["--rule-param", "pleural_air.bogus=3"], "bogus"),  # unknown parameter
+    (["--rule-param", "snow_removal.min_ml=3"], "snow_removal"),
+    (["--rule-param", "pleural_air.min_ml"], "NAME.KEY=VALUE"),  # no value
+    (["--rule-param", "pleural_air.min_ml=many"], "min_ml"),  # not a number
+    (["--no-rule", "body"], "always on"),  # always-on steps cannot be switched off
+    (["--no-rule", "components"], "always on"),
+    (["--rule", "fat", "--no-rule", "fat"], "fat"),
+])
+def test_cli_bad_rule_options_one_line_exit_2(cli_segmenter: Any, capsys: pytest.CaptureFixture[str], extra: list[str], expected: str) -> None:
+    capsys.readouterr()
+    code, seg = cli_segmenter("--device", "cpu", *extra)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and seg is None
+    assert len(err) == 1 and err[0].startswith("segpipe infer: error:") and expected in err[0], err
+
+
+def test_cli_config_file_is_applied_and_the_command_line_wins(cli_segmenter: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    cfg = tmp_path / "infer.yaml"
+    cfg.write_text(yaml.safe_dump({"device": "cpu", "fast": True, "min_lung_ml": 80, "sw_batch_size": 3,
+                                   "rules": {"edge_snap": False, "pleural_air": {"min_ml": 30}}}))
+    code, seg = cli_segmenter("--config", str(cfg))
+    assert code == 0 and seg is not None
+    s = seg.settings
+    assert s.fast and s.fine_overlap == 0.0 and s.device.type == "cpu" and s.min_lung_ml == 80.0 and s.sw_batch_size == 3
+    assert not seg.rules.edge_snap.enabled and seg.rules.pleural_air.min_ml == 30.0
+    assert all(seg.rules.enabled(n) for n in RULE_ORDER if n != "edge_snap")
+    # the command line wins; the rest of the file still holds
+    code, seg = cli_segmenter("--config", str(cfg), "--rule", "edge_snap", "--rule-param", "pleural_air.min_ml=20",
+                              "--min-lung-ml", "60", "--no-rule", "fat")
+    assert code == 0 and seg is not None
+    assert seg.rules.edge_snap.enabled and seg.rules.pleural_air.min_ml == 20.0 and not seg.rules.fat.enabled
+    assert seg.settings.min_lung_ml == 60.0 and seg.settings.fast and seg.settings.sw_batch_size == 3
+    code, seg = cli_segmenter("--config", str(cfg), "--no-rule", "pleural_air")  # a switch keeps the file's parameters
+    assert code == 0 and seg is not None and not seg.rules.pleural_air.enabled and seg.rules.pleural_air.min_ml == 30.0
+    # an unknown key, an unknown rule, a bad value: one line, exit 2
+    for bad in ({"fast": True, "bogus": 1}, {"rules": {"snow_removal": False}}, {"rules": {"body": False}}, {"device": "tpu"}):
+        cfg.write_text(yaml.safe_dump(bad))
+        capsys.readouterr()
+        code, seg = cli_segmenter("--config", str(cfg))
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and seg is None and len(err) == 1 and err[0].startswith("segpipe infer: error:"), (bad, err)
+
+
+# ----------------------------------------------------------------------------- rules in the model file
+@pytest.fixture(scope="module")
+def fat_off_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _save_tiny_model(tmp_path_factory.mktemp("fat_off") / "model.pt",
+                            refine={"fat": {"enabled": False}, "pleural_air": {"min_ml": 25.0}})
+
+
+def test_rules_stored_in_the_model_file_are_the_segmenters_and_options_change_them(fat_off_model: Path) -> None:
+    seg = infer.LungSegmenter.from_file(fat_off_model, device="cpu")
+    assert not seg.rules.fat.enabled and seg.rules.pleural_air.min_ml == 25.0
+    assert all(seg.rules.enabled(n) for n in RULE_ORDER if n != "fat")
+    on = infer.LungSegmenter.from_file(fat_off_model, device="cpu", rules={"fat": True, "edge_snap": False})
+    assert on.rules.fat.enabled and not on.rules.edge_snap.enabled and on.rules.pleural_air.min_ml == 25.0
+
+
+def test_unknown_rule_in_the_model_file_is_a_model_error(tmp_path: Path) -> None:
+    for refine, match in (({"snow_removal": {"enabled": False}}, "snow_removal"), ({"fat": {"bogus": 1}}, "bogus"),
+                          ({"body": {"enabled": False}}, "always on")):
+        path = _save_tiny_model(tmp_path / "bad.pt", refine=refine)
+        with pytest.raises(ModelError, match=match):
+            infer.LungSegmenter.from_file(path, device="cpu")
+
+
+def test_rules_command_lists_the_steps_in_order(model_path: Path, fat_off_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rules", "--model", str(model_path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 9
+    for i, (line, name) in enumerate(zip(lines, RULE_ORDER), 1):
+        assert line.split()[:2] == [f"{i}.", name], line
+        assert line.split()[3] == ("always" if name in ALWAYS_ON else "on"), line
+    assert main(["rules", "--model", str(model_path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data) == RULE_ORDER and data["fat"]["enabled"] is True and data["pleural_air"]["min_ml"] == 10.0
+    # the model file's own rules
+    assert main(["rules", "--model", str(fat_off_model)]) == 0
+    fat = capsys.readouterr().out.strip().splitlines()[RULE_ORDER.index("fat")]
+    assert fat.split()[3] == "off"
+    assert main(["rules", "--model", str(fat_off_model), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fat"]["enabled"] is False and data["pleural_air"]["min_ml"] == 25.0
+    # the bundled model, by default
+    from segpipe.model import DEFAULT_MODEL
+
+    if DEFAULT_MODEL.is_file():
+        assert main(["rules"]) == 0
+        assert [line.split()[:2] for line in capsys.readouterr().out.strip().splitlines()] == [
+            [f"{i}.", name] for i, name in enumerate(RULE_ORDER, 1)]
+    # a model file with a rule this version does not know: one line, exit 2
+    bad = _save_tiny_model(tmp_path / "bad.pt", refine={"snow_removal": {}})
+    assert main(["rules", "--model", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("segpipe rules: error:") and "snow_removal" in err[0]

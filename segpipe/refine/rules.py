@@ -111,7 +111,9 @@ class RuleSet:
             raise ConfigError(f"{where}: expected a mapping of rule names, got {type(changes).__name__}")
         new = {}
         for name, change in changes.items():
-            current = self._params(name)
+            if name not in _BY_NAME:
+                raise ConfigError(f"{where}: unknown rule {name!r} (rules: {', '.join(_BY_NAME)})")
+            current = getattr(self, name)
             if isinstance(change, bool):
                 change = {"enabled": change}
             if not isinstance(change, Mapping):
