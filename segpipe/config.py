@@ -307,7 +307,10 @@ class AugmentConfig:
     (inspiration depth, emphysema: real lungs range from about -800 to -950 HU).
     ``lowres_zoom`` simulates a coarser scan (MONAI ``RandSimulateLowResolution``: down by a
     factor drawn from the range, then back up); ``(1, 1)`` turns it off. Thick-slice or
-    down-sampled scans (e.g. 4 mm) look blurrier than any phantom rendered at the fine spacing."""
+    down-sampled scans (e.g. 4 mm) look blurrier than any phantom rendered at the fine spacing.
+    ``fov_probability``: share of patches cut as a scan's field of view cuts the body
+    (:func:`segpipe.train.data.cut_field_of_view`: a box, a slab or the scanner's circle, each
+    side keeping a share drawn from ``fov_keep``); 0 turns it off."""
 
     probability: float = 0.3
     mirror: bool = False
@@ -320,8 +323,14 @@ class AugmentConfig:
     blur_sigma_mm: float = 1.0
     lung_shift_hu: tuple[float, float] = (-70.0, 30.0)
     lowres_zoom: tuple[float, float] = (1.0, 1.0)
+    fov_probability: float = 0.0
+    fov_keep: tuple[float, float] = (0.35, 0.9)
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.fov_probability <= 1.0:
+            raise ConfigError(f"augment.fov_probability: expected 0..1, got {self.fov_probability}")
+        if not 0 < self.fov_keep[0] <= self.fov_keep[1] <= 1:
+            raise ConfigError(f"augment.fov_keep: expected 0 < low <= high <= 1, got {list(self.fov_keep)}")
         if not 0.0 <= self.probability <= 1.0:
             raise ConfigError(f"augment.probability: expected 0..1, got {self.probability}")
         if not 0 < self.scale[0] <= self.scale[1]:

@@ -10,6 +10,7 @@ import pytest
 import SimpleITK as sitk
 
 from segpipe import io, spatial
+from segpipe.errors import ConfigError
 from segpipe.model import normalise_hu
 from segpipe.train import data
 from tests.conftest import make_volume
@@ -316,3 +317,33 @@ def test_low_resolution_augmentation_blurs_edges_and_keeps_labels() -> None:
     assert np.array_equal(same, img)  # (1, 1): off
     with pytest.raises(ConfigError, match="lowres_zoom"):
         AugmentConfig(lowres_zoom=(0.5, 1.5))
+
+
+def test_cut_field_of_view_sets_air_and_background_outside_the_part_kept() -> None:
+    """Each cut keeps one axis-aligned box (or the z slab, or an in-plane disc) of the patch
+    and makes the rest what a scan's edge looks like: air, background."""
+    from segpipe.train.data import cut_field_of_view
+
+    rng = np.random.default_rng(3)
+    img = np.full((20, 40, 40), 40.0, np.float32)
+    lbl = np.ones((20, 40, 40), np.uint8)
+    kept = []
+    for _ in range(30):
+        a, b = cut_field_of_view(img, lbl, rng, (0.4, 0.8))
+        outside = a == -1024.0
+        assert outside.any() and not outside.all()
+        np.testing.assert_array_equal(b == 0, outside)  # labels go with the image
+        np.testing.assert_array_equal(a[~outside], 40.0)  # the rest untouched
+        kept.append(1 - outside.mean())
+    assert 0.1 < min(kept) and max(kept) < 0.9
+    assert (img == 40.0).all() and (lbl == 1).all()  # inputs not changed
+
+
+def test_fov_augmentation_is_off_by_default_and_checked() -> None:
+    from segpipe.config import AugmentConfig
+
+    assert AugmentConfig().fov_probability == 0.0
+    with pytest.raises(ConfigError, match="fov_probability"):
+        AugmentConfig(fov_probability=1.5)
+    with pytest.raises(ConfigError, match="fov_keep"):
+        AugmentConfig(fov_keep=(0.0, 0.5))

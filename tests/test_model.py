@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -167,3 +168,23 @@ def test_model_is_light_and_train_never_imports_infer() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_sliding_window_pads_a_small_volume_with_air_as_training_does() -> None:
+    """A volume smaller than a window is framed by air (normalised -1), the value the
+    trainer's patches carry where they leave a scan, not MONAI's default 0 (about -312 HU)."""
+    import torch
+
+    from segpipe.config import NetworkConfig, StageConfig
+    from segpipe.model import sliding_window_probs
+
+    seen: list[float] = []
+
+    def net(x: torch.Tensor) -> torch.Tensor:
+        seen.append(float(x.min()))
+        return torch.cat([x, -x], dim=1)
+
+    stage = StageConfig(network=NetworkConfig(), patch_xyz=(16, 16, 16), amp=False)
+    probs = sliding_window_probs(net, np.full((8, 8, 8), 40.0, np.float32), stage, (-1024.0, 400.0), torch.device("cpu"))
+    assert probs.shape == (2, 8, 8, 8)
+    assert min(seen) == -1.0

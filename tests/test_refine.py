@@ -1123,3 +1123,58 @@ def test_describe_gives_nine_numbered_lines_in_order() -> None:
     assert changed[0].split()[3] == "off" and changed[2].split()[3] == "on" and "min_ml=20.0" in changed[2]
     assert changed[1:2] + changed[3:] == lines[1:2] + lines[3:]
     assert "[hu=[-200.0, -30.0], smooth_mm=1.0, open_mm=2.0, lung_mid_hu=-475.0]" in lines[5]
+
+
+# ----------------------------------------------------------------------------- body in view
+def _chest_slice(n: int = 60) -> np.ndarray:
+    """One coarse (4 mm) axial slice: air around an elliptic body with two lungs in it and a
+    mattress under it; (1, y, x), canonical LPS (y grows posteriorly)."""
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[:n, :n].astype(float)
+    hu = np.full((n, n), -1000.0) + rng.normal(0, 8, (n, n))
+    body = ((xx - n / 2) / (0.42 * n)) ** 2 + ((yy - n / 2) / (0.3 * n)) ** 2 <= 1
+    hu[body] = 40.0
+    for cx in (0.33 * n, 0.67 * n):
+        lung = ((xx - cx) / (0.12 * n)) ** 2 + ((yy - n / 2) / (0.2 * n)) ** 2 <= 1
+        hu[lung] = -850.0 + rng.normal(0, 20, lung.sum())
+    hu[int(0.82 * n):int(0.9 * n), 2:-2] = -900.0  # the table's mattress under the patient
+    return hu[None].astype(np.float32)
+
+
+def test_body_in_view_is_the_filled_body_when_air_surrounds_the_patient() -> None:
+    from segpipe.refine import body_in_view
+
+    hu = _chest_slice()
+    np.testing.assert_array_equal(body_in_view(hu, (4.0, 4.0, 4.0)), body_interior(hu))
+
+
+def test_body_in_view_keeps_lungs_the_field_of_view_cuts() -> None:
+    from segpipe.refine import body_in_view
+
+    hu = _chest_slice()
+    n = hu.shape[1]
+    crop = hu[:, int(0.3 * n):int(0.7 * n), int(0.25 * n):int(0.75 * n)]  # inside the body: both lungs cut
+    lung = crop < -500
+    assert not (body_interior(crop) & lung).any()  # the old body: nothing encloses the cut lungs
+    assert (body_in_view(crop, (4.0, 4.0, 4.0)) & lung).sum() == lung.sum()
+
+
+def test_body_in_view_leaves_out_outside_air_padding_and_the_mattress_of_a_cut_slice() -> None:
+    from segpipe.refine import body_in_view
+
+    hu = _chest_slice()
+    n = hu.shape[1]
+    crop = hu[:, :, int(0.25 * n):int(0.75 * n)].copy()  # the sides cut through both lungs
+    yy, xx = np.mgrid[:crop.shape[1], :crop.shape[2]]
+    r = min(crop.shape[1:]) / 2
+    circle = (yy - (crop.shape[1] - 1) / 2) ** 2 + (xx - (crop.shape[2] - 1) / 2) ** 2 > r * r
+    padded = crop.copy()
+    padded[:, circle] = -2048.0
+    for image in (crop, padded):
+        body = body_in_view(image, (4.0, 4.0, 4.0))[0]
+        lungs = (image[0] > -950) & (image[0] < -500)
+        lungs[int(0.8 * n):] = False  # not the mattress
+        assert body[lungs].mean() > 0.98  # cut lungs inside
+        assert not body[:3].any()  # the air in front of the patient: outside
+        assert not body[int(0.84 * n), crop.shape[2] // 2]  # the mattress: outside
+        assert not body[image[0] < -1100].any()  # the scanner's padding: never body

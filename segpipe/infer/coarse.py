@@ -17,7 +17,7 @@ import SimpleITK as sitk
 
 from segpipe import spatial
 from segpipe.infer.settings import Settings, load_network, release_freed_memory
-from segpipe.refine import body_interior, body_midline_x, coarse_airways, side_boundary, skin_slack, split_sides
+from segpipe.refine import body_in_view, body_midline_x, coarse_airways, side_boundary, skin_slack, split_sides
 
 __all__ = ["CoarseResult", "locate", "SIDES"]
 
@@ -132,7 +132,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     hu = sitk.GetArrayViewFromImage(coarse_img)
     # the fine stage's lungs must lie inside the body itself (no slack: the chest wall is
     # thicker than a coarse voxel), the coarse lungs within one voxel of it (partial volume)
-    body = body_interior(hu, s.rules.body.hu)
+    body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body)
     sides = split_sides(lung & skin_slack(body), min_fraction=s.rules.sides.min_fraction,
                         midline_x=body_midline_x(hu, s.rules.body.hu))
     # a side counts only with enough confident lung: smaller or unsure finds are gas in the

@@ -11,20 +11,37 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from segpipe.refine._util import FULL, map_parallel
+from segpipe.refine._util import CROSS2, FULL, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
 from segpipe.refine.components import fill_slice_holes
 
-__all__ = ["BodyParams", "body_interior", "skin_slack", "body_midline_x", "rule"]
+__all__ = ["BodyParams", "body_interior", "body_in_view", "skin_slack", "body_midline_x", "rule"]
 
 
 @dataclass(frozen=True)
 class BodyParams:
     """Args:
         hu: tissue above this HU is body; what it encloses in an axial slice is inside it.
+        cut_share: a slice whose field of view cuts the body: at least this share of the
+            scan's edge in it is not pure air (``air_hu``).
+        air_hu: pure air: smoothed HU (1 coarse voxel in-plane) below this.
+        air_cm2: in a slice that the field of view cuts, a region below ``hu`` that reaches the
+            scan's edge is outside the body only with at least this much pure air in it (the
+            air around the patient) or when it runs along more than ``table_share`` of the
+            scan's posterior edge (the table's mattress under the patient); a lung cut by the
+            field of view is neither.
+        table_share: see ``air_cm2``.
+        padding_hu: below this, over a region that reaches the array's border, is the
+            scanner's padding outside its reconstruction circle (-2048, -3024): beyond the scan.
+            Padding of -1024 cannot be told from air and counts as air.
     """
 
     hu: float = -500.0
+    cut_share: float = 0.2
+    air_hu: float = -975.0
+    air_cm2: float = 2.0
+    table_share: float = 0.5
+    padding_hu: float = -1100.0
 
 
 def body_midline_x(hu_zyx: np.ndarray, threshold_hu: float = -500.0) -> float | None:
@@ -42,6 +59,50 @@ def body_interior(hu_zyx: np.ndarray, threshold_hu: float = -500.0, *, slack_vox
     outside it, so a "lung" there (outside air next to the patient) is a false positive.
     ``slack_voxels`` grows the region (face neighbours) for partial volume at the skin."""
     return skin_slack(fill_slice_holes(hu_zyx > threshold_hu), slack_voxels)
+
+
+def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyParams = BodyParams()) -> np.ndarray:
+    """Voxels inside the body, also where the scan's field of view cuts it.
+
+    Per axial slice, as :func:`body_interior`: what tissue above ``p.hu`` encloses, where the
+    regions below ``p.hu`` that reach the scan's edge (the array's border or the scanner's
+    padding) are outside. In a slice whose field of view cuts the body (``p.cut_share`` of the
+    scan's edge in it is not pure air) such a region is outside only when it holds at least
+    ``p.air_cm2`` of pure air (the air around the patient) or runs along the scan's posterior
+    edge (canonical LPS: the last row) over ``p.table_share`` of its width (the table's
+    mattress): a lung or bowel loop that the field of view cuts is inside. The scanner's
+    padding is never body."""
+    hu = np.asarray(hu_zyx, np.float32)
+    border = np.ones(hu.shape[1:], bool)
+    border[1:-1, 1:-1] = False
+    # the scanner's padding: far below air, over a region that reaches the array's border
+    pad_like = hu < p.padding_hu
+    smooth = ndimage.gaussian_filter(np.maximum(hu, -1024.0), sigma=(0.0, 1.0, 1.0), mode="nearest")
+    pixel_cm2 = float(spacing_xyz[0]) * float(spacing_xyz[1]) / 100.0
+    out = np.zeros(hu.shape, bool)
+
+    def one(z: int) -> None:
+        beyond = np.zeros(hu.shape[1:], bool)
+        labels, n = ndimage.label(pad_like[z], structure=CROSS2)
+        if n:
+            beyond = np.isin(labels, np.unique(labels[border & (labels > 0)]))
+        edge = (border & ~beyond) | (ndimage.binary_dilation(beyond, structure=CROSS2) & ~beyond)
+        open_ = (hu[z] <= p.hu) & ~beyond
+        labels, n = ndimage.label(open_, structure=CROSS2)
+        if n == 0:
+            out[z] = ~beyond
+            return
+        touching = np.zeros(n + 1, bool)
+        touching[np.unique(labels[edge & (labels > 0)])] = True
+        if np.count_nonzero(edge) and (smooth[z][edge] >= p.air_hu).mean() >= p.cut_share:  # the view cuts the body
+            air = np.bincount(labels[smooth[z] < p.air_hu], minlength=n + 1) * pixel_cm2
+            table = np.bincount(labels[-1], minlength=n + 1) > p.table_share * labels.shape[1]
+            touching &= (air >= p.air_cm2) | table
+        touching[0] = False
+        out[z] = ~touching[labels] & ~beyond
+
+    map_parallel(one, hu.shape[0])
+    return out
 
 
 def skin_slack(body: np.ndarray, voxels: int = 1) -> np.ndarray:

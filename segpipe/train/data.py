@@ -583,10 +583,47 @@ class PatchDataset:
         if self.augment is not None:
             spacing_zyx = tuple(s * factor for s in reversed(self.volumes[vi].spacing_xyz))
             img, lbl = augment_patch(img, lbl, self.augment, rng, spacing_zyx)  # type: ignore[arg-type]
+            fov = getattr(self.augment, "fov_probability", 0.0)
+            if fov > 0 and rng.random() < fov:  # no draw when off: older configs keep their random stream
+                img, lbl = cut_field_of_view(img, lbl, rng, self.augment.fov_keep)  # type: ignore[attr-defined]
         return {
             "image": torch.from_numpy(normalise_hu(img, self.window_hu)[None]),
             "label": torch.from_numpy(np.ascontiguousarray(lbl).astype(np.int64)),
         }
+
+
+def cut_field_of_view(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator,
+                      keep: tuple[float, float] = (0.35, 0.9)) -> tuple[np.ndarray, np.ndarray]:
+    """A ``(z, y, x)`` HU patch and its labels as a scan whose field of view cuts the body:
+    outside the part kept the image is air (-1024 HU, what both stages see beyond a scan's
+    edge: the fine lattice's fill, the coarse window's padding) and the label background.
+    One of: ``box`` (each in-plane axis keeps a share drawn from ``keep`` at a random place:
+    a cardiac-centred crop, a field of view narrower than the body), ``slab`` (the z axis
+    keeps a few cm: a thin scan, an apex or base slab), ``circle`` (the scanner's
+    reconstruction circle, radius a share of the patch's half-width). Axis-aligned and applied
+    after the other augmentation, as real scan edges are."""
+    img, lbl = img.copy(), lbl.copy()
+    kind = ("box", "slab", "circle")[int(rng.integers(3))]
+    shape = img.shape
+    if kind == "circle":
+        r = float(rng.uniform(*keep)) * min(shape[1:]) / 2
+        cy, cx = (float(rng.uniform(0.3, 0.7)) * n for n in shape[1:])
+        yy, xx = np.ogrid[:shape[1], :shape[2]]
+        outside = np.broadcast_to((yy - cy) ** 2 + (xx - cx) ** 2 > r * r, shape)
+    else:
+        inside = np.zeros(shape, bool)
+        axes = (1, 2) if kind == "box" else (0,)
+        sl = [slice(None)] * 3
+        for a in axes:
+            n = shape[a]
+            length = max(2, int(round(float(rng.uniform(*keep)) * n)))
+            start = int(rng.integers(0, n - length + 1))
+            sl[a] = slice(start, start + length)
+        inside[tuple(sl)] = True
+        outside = ~inside
+    img[outside] = -1024.0
+    lbl[outside] = 0
+    return img, lbl
 
 
 def _resize_pair(img: np.ndarray, lbl: np.ndarray, size_zyx: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
