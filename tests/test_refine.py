@@ -1126,7 +1126,7 @@ def test_describe_gives_nine_numbered_lines_in_order() -> None:
 
 
 # ----------------------------------------------------------------------------- body in view
-def _chest_slice(n: int = 60) -> np.ndarray:
+def _coarse_chest_slice(n: int = 60) -> np.ndarray:
     """One coarse (4 mm) axial slice: air around an elliptic body with two lungs in it and a
     mattress under it; (1, y, x), canonical LPS (y grows posteriorly)."""
     rng = np.random.default_rng(0)
@@ -1144,14 +1144,14 @@ def _chest_slice(n: int = 60) -> np.ndarray:
 def test_body_in_view_is_the_filled_body_when_air_surrounds_the_patient() -> None:
     from segpipe.refine import body_in_view
 
-    hu = _chest_slice()
+    hu = _coarse_chest_slice()
     np.testing.assert_array_equal(body_in_view(hu, (4.0, 4.0, 4.0)), body_interior(hu))
 
 
 def test_body_in_view_keeps_lungs_the_field_of_view_cuts() -> None:
     from segpipe.refine import body_in_view
 
-    hu = _chest_slice()
+    hu = _coarse_chest_slice()
     n = hu.shape[1]
     crop = hu[:, int(0.3 * n):int(0.7 * n), int(0.25 * n):int(0.75 * n)]  # inside the body: both lungs cut
     lung = crop < -500
@@ -1162,7 +1162,7 @@ def test_body_in_view_keeps_lungs_the_field_of_view_cuts() -> None:
 def test_body_in_view_leaves_out_outside_air_padding_and_the_mattress_of_a_cut_slice() -> None:
     from segpipe.refine import body_in_view
 
-    hu = _chest_slice()
+    hu = _coarse_chest_slice()
     n = hu.shape[1]
     crop = hu[:, :, int(0.25 * n):int(0.75 * n)].copy()  # the sides cut through both lungs
     yy, xx = np.mgrid[:crop.shape[1], :crop.shape[2]]
