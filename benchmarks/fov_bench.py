@@ -10,7 +10,7 @@ Crops (canonical LPS index space, from the reference lungs' extent):
 - ``inplane70``: the middle 70 % of the lungs' width, all slices (the field of view cuts the
   body and both lungs at the sides);
 - ``inplane70_circle``: the same with the scanner's reconstruction circle: voxels outside the
-  inscribed circle set to -2048;
+  inscribed circle set to -2048 (and left out of the reference);
 - ``lower_half``: the lower half of the scan's slices.
 
 References: a real scan without a lung mask (LIDC-IDRI-0001) is scored against the same model's
@@ -76,15 +76,19 @@ def _crop(image: sitk.Image, sl: tuple[slice, slice, slice]) -> sitk.Image:
     return image[x[0]:x[1], y[0]:y[1], z[0]:z[1]]
 
 
-def _circle(image: sitk.Image, value: float = -2048.0) -> sitk.Image:
-    """Voxels outside the in-plane inscribed circle set to ``value`` (the scanner's padding)."""
-    a = sitk.GetArrayFromImage(image).astype(np.float32)
-    ny, nx = a.shape[1:]
+def outside_circle(image: sitk.Image) -> np.ndarray:
+    """``(y, x)`` mask of the voxels outside the in-plane inscribed circle."""
+    nx, ny = image.GetSize()[:2]
     sx, sy = image.GetSpacing()[:2]
     yy, xx = np.mgrid[:ny, :nx]
     r = min(nx * sx, ny * sy) / 2
-    outside = ((xx - (nx - 1) / 2) * sx) ** 2 + ((yy - (ny - 1) / 2) * sy) ** 2 > r * r
-    a[:, outside] = value
+    return ((xx - (nx - 1) / 2) * sx) ** 2 + ((yy - (ny - 1) / 2) * sy) ** 2 > r * r
+
+
+def _circle(image: sitk.Image, value: float = -2048.0) -> sitk.Image:
+    """Voxels outside the in-plane inscribed circle set to ``value`` (the scanner's padding)."""
+    a = sitk.GetArrayFromImage(image).astype(np.float32)
+    a[:, outside_circle(image)] = value
     out = sitk.GetImageFromArray(a)
     out.CopyInformation(image)
     return out
@@ -109,12 +113,13 @@ def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None) -
     for crop in CROPS:
         sl = _crop_slices(ref_a > 0, canonical.GetSpacing(), crop)
         img = _crop(canonical, sl)
-        if crop.endswith("circle"):
+        r = ref_a[sl].copy()
+        if crop.endswith("circle"):  # what lies outside the scanner's circle is not in the scan
+            r[:, outside_circle(img)] = 0
             img = _circle(img)
         t = time.perf_counter()
         result = seg.predict_with_report(img)
         pred = sitk.GetArrayFromImage(result.label)
-        r = ref_a[sl]
         for side, value in (("right", 1), ("left", 2)):
             ref_ml = float((r == value).sum()) * voxel_ml
             if ref_ml < MIN_REF_ML:

@@ -60,9 +60,13 @@ def _cases(args: argparse.Namespace) -> dict[str, list[tuple[str, sitk.Image, si
         for crop in fov_bench.CROPS:
             sl = fov_bench._crop_slices(ref_a > 0, canonical.GetSpacing(), crop)
             img = fov_bench._crop(canonical, sl)
+            ref_crop = fov_bench._crop(ref_c, sl)
             if crop.endswith("circle"):
+                ref_a_crop = sitk.GetArrayFromImage(ref_crop)
+                ref_a_crop[:, fov_bench.outside_circle(img)] = 0
+                ref_crop = spatial.copy_geometry(ref_a_crop, ref_crop)
                 img = fov_bench._circle(img)
-            sets["fov"].append((f"{name}:{crop}", img, fov_bench._crop(ref_c, sl)))
+            sets["fov"].append((f"{name}:{crop}", img, ref_crop))
     if args.held_out:
         from eval_model import held_out_specs
 

@@ -68,8 +68,8 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
     regions below ``p.hu`` that reach the scan's edge (the array's border or the scanner's
     padding) are outside. In a slice whose field of view cuts the body (``p.cut_share`` of the
     scan's edge in it is not pure air) such a region is outside only when it holds at least
-    ``p.air_cm2`` of pure air (the air around the patient) or runs along the scan's posterior
-    edge (canonical LPS: the last row) over ``p.table_share`` of its width (the table's
+    ``p.air_cm2`` of pure air (the air around the patient) or runs along the posterior part of
+    the scan's edge (canonical LPS: high y) over ``p.table_share`` of its width (the table's
     mattress): a lung or bowel loop that the field of view cuts is inside. The scanner's
     padding is never body."""
     hu = np.asarray(hu_zyx, np.float32)
@@ -77,7 +77,6 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
     border[1:-1, 1:-1] = False
     # the scanner's padding: far below air, over a region that reaches the array's border
     pad_like = hu < p.padding_hu
-    smooth = ndimage.gaussian_filter(np.maximum(hu, -1024.0), sigma=(0.0, 1.0, 1.0), mode="nearest")
     pixel_cm2 = float(spacing_xyz[0]) * float(spacing_xyz[1]) / 100.0
     out = np.zeros(hu.shape, bool)
 
@@ -87,6 +86,10 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
         if n:
             beyond = np.isin(labels, np.unique(labels[border & (labels > 0)]))
         edge = (border & ~beyond) | (ndimage.binary_dilation(beyond, structure=CROSS2) & ~beyond)
+        # smoothed HU of the scan's own voxels (the padding left out, not smeared into them)
+        valid = (~beyond).astype(np.float32)
+        smooth = ndimage.gaussian_filter(np.maximum(hu[z], -1024.0) * valid, 1.0, mode="nearest")
+        smooth /= np.maximum(ndimage.gaussian_filter(valid, 1.0, mode="nearest"), 1e-3)
         open_ = (hu[z] <= p.hu) & ~beyond
         labels, n = ndimage.label(open_, structure=CROSS2)
         if n == 0:
@@ -94,9 +97,16 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
             return
         touching = np.zeros(n + 1, bool)
         touching[np.unique(labels[edge & (labels > 0)])] = True
-        if np.count_nonzero(edge) and (smooth[z][edge] >= p.air_hu).mean() >= p.cut_share:  # the view cuts the body
-            air = np.bincount(labels[smooth[z] < p.air_hu], minlength=n + 1) * pixel_cm2
-            table = np.bincount(labels[-1], minlength=n + 1) > p.table_share * labels.shape[1]
+        if np.count_nonzero(edge) and (smooth[edge] >= p.air_hu).mean() >= p.cut_share:  # the view cuts the body
+            air = np.bincount(labels[smooth < p.air_hu], minlength=n + 1) * pixel_cm2
+            # the mattress: along the posterior part of the scan's edge (canonical LPS: high y),
+            # over more than table_share of the columns that edge spans
+            post = edge & (np.arange(edge.shape[0]) > 0.6 * edge.shape[0])[:, None]
+            cols = np.zeros((n + 1, edge.shape[1]), bool)
+            ys, xs = np.nonzero(post & (labels > 0))
+            cols[labels[ys, xs], xs] = True
+            span = max(1, np.count_nonzero(post.any(axis=0)))
+            table = cols.sum(axis=1) > p.table_share * span
             touching &= (air >= p.air_cm2) | table
         touching[0] = False
         out[z] = ~touching[labels] & ~beyond
