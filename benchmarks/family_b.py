@@ -20,6 +20,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import SimpleITK as sitk
@@ -44,15 +45,6 @@ IN_LUNG, IN_CONS, IN_ABD, IN_GUT = _lut(LUNG_R, LUNG_L), _lut(CONS_R, CONS_L), _
 IN_SOFT = _lut(LUNG_R, LUNG_L, CONS_R, CONS_L, BODY, MED, ABD, ORGAN, FLUID, WALL, VESSEL)
 
 
-class _Grid:
-    """Canonical LPS grid in body-frame mm: ``o`` and ``s`` are (x, y, z), ``n`` the array shape (z, y, x)."""
-
-    def __init__(self, o, s, n):
-        self.o, self.s, self.n = np.asarray(o, float), np.asarray(s, float), tuple(int(v) for v in n)
-        self.X = (self.o[0] + self.s[0] * np.arange(n[2]))[None, :]
-        self.Y = (self.o[1] + self.s[1] * np.arange(n[1]))[:, None]
-
-
 def _se(X, Y, a, ba, bp, p, pp):
     """Superellipse value (<= 1 inside), anterior half-axis ``ba``, posterior ``bp`` with its own exponent ``pp``."""
     return np.abs(X / a) ** p + np.where(Y < 0, np.abs(Y / ba) ** p, np.abs(Y / bp) ** pp)
@@ -66,20 +58,14 @@ def _ell(X, Y, cx, cy, ax, ay, ang=0.0):
     return ((X - cx) / ax) ** 2 + ((Y - cy) / ay) ** 2
 
 
-def _q3(X, Y, T, o):
-    """Normalised squared radius of the ellipsoid ``o = (cx, cy, cz, ax, ay, az)`` on slice T; None if it misses."""
-    dz = ((T - o[2]) / o[5]) ** 2
-    return None if dz >= 1 else _ell(X, Y, o[0], o[1], o[3], o[4]) + dz
-
-
 def _put(h, r, m, val, code):
     """Paint mask ``m`` of one slice with ``val`` (scalar or slice-shaped) and region ``code``."""
     h[m], r[m] = val[m] if np.ndim(val) else val, code
 
 
-def _bone(h, r, q, v, rim=0.65, scale=1.0):
+def _bone(h, r, q, v, rim=0.65):
     """A bone cross-section: cortical shell where q <= 1, marrow where q <= rim."""
-    _put(h, r, q <= 1, v["cortex"] * scale, BONE)
+    _put(h, r, q <= 1, v["cortex"], BONE)
     _put(h, r, q <= rim, v["marrow"], BONE)
 
 
@@ -225,7 +211,7 @@ class _Anatomy:
         return hu, ~np.isnan(hu)
 
 
-def _slices(an: _Anatomy, g: _Grid, hu, reg):
+def _slices(an: _Anatomy, g, hu, reg):
     """Paint the cross-sectional anatomy slice by slice: table, body wall, cavities, lungs, heart, organs, bones."""
     X, Y, v, pe, H = g.X, g.Y, an.v, an.pe, an.H
     R, PHI = np.hypot(X, Y), np.arctan2(np.abs(X), Y)  # PHI: 0 straight posterior, pi straight anterior
@@ -296,10 +282,9 @@ def _organs(an, X, Y, T, h, r, abd, ac, yvb, rvb):
     for o in an.kidneys:  # cortex, medulla, sinus fat
         layers += [(o, 1, v["kid"], True), (o, 0.4, v["kid_med"], True), (o, 0.3, v["abd"], np.abs(X) < abs(o[0]))]
     layers += [(st, 1, v["mus"], True), (st, 0.8, v["fluid"] + 15, True), (st, 0.8, -1000.0, Y < st[1] + st[4] * (an.gas - 0.7))]  # gas on top
-    for o, lim, val, extra in layers:
-        q = _q3(X, Y, T, o)
-        if q is not None:
-            _put(h, r, abd & (q <= lim) & extra, val, ORGAN)
+    for o, lim, val, extra in layers:  # ellipsoids o = (cx, cy, cz, ax, ay, az)
+        if abs(T - o[2]) < o[5]:
+            _put(h, r, abd & (_ell(X, Y, o[0], o[1], o[3], o[4]) + ((T - o[2]) / o[5]) ** 2 <= lim) & extra, val, ORGAN)
     if an.pel - 100 < T < -120:
         rp = 8 + 22 * min(1.0, (-120 - T) / 150)
         for sg in (-1, 1):
@@ -350,61 +335,53 @@ def _pelvis(an, X, Y, T, h, r, cav, dout, PHI, ac, bcp, v):
         _put(h, r, cav & (dout > -14) & (dout < -5) & (PHI > 2.5), 0.8 * v["cortex"], BONE)
 
 
-def _tubes(an: _Anatomy, g: _Grid, hu, reg):
-    """Draw in 3D: oesophagus, great vessels, airways, lung vessel trees and pathology, colon and bowel."""
-    rng, v, H, ytr = an.rng, an.v, an.H, an.ytr
-    ht, hx, hy, hc, hb = an.ht, an.hx, an.hy, an.hc, an.hb
-    st = an.stomach
+def _tubes(an: _Anatomy, g, hu, reg):
+    """Draw in 3D: oesophagus, great vessels, airways, lung vessel trees and pathology, colon and bowel loops."""
+    rng, v, ytr, car, arch, top, bl = an.rng, an.v, an.ytr, an.car, an.arch, an.H + 140, an.v["blood"]
+    ht, hx, hy, hc, hb, st = an.ht, an.hx, an.hy, an.hc, an.hb, an.stomach
+    C, pa, ya = np.array([-2.0, ytr(car), car]), (12, ytr(car) - 12, car - 15), ytr(arch)
+    hil, ends = {1: C + (-30, 12, -25), 2: C + (44, 14, -30)}, {1: C + (-24, 6, -18), 2: C + (40, 10, -26)}
+    aorta = [(hx - 20, hy + 5, ht + 0.3 * hc), (-5, hy - 5, arch - 12), (6, ya - 12, arch), (18, ya + 10, arch - 8)]
+    aorta += [an.beside(T, an.r_ao, 0.6) for T in np.arange(arch - 25, -30, -20)]
+    bif, trachea = an.beside(an.pel + 20, 10, 0.35), [(-2, ytr(T), T) for T in np.linspace(top, car, 8)]
     ye = an.beside(0.0, an.r_ao, 0.6)[1] - an.r_ao - an.r_es - 1
-    eso = [(3, ytr(T) + an.r_tr + an.r_es + 1, T) for T in np.linspace(H + 140, an.car, 5)] + [(5, ye, 0.0), (st[0], st[1], st[2] + 0.6 * st[5])]
-    _path(g, hu, reg, eso, an.r_es, v["mus"], IN_SOFT, MED)
-    C = np.array([-2.0, ytr(an.car), an.car])
-    hil = {1: C + (-30, 12, -25), 2: C + (44, 14, -30)}
-    pa = (12, ytr(an.car) - 12, an.car - 15)
-    for pts, rad in (([(hx - 2, hy - 0.5 * hb, ht + 0.4 * hc), pa], 13), ([pa, hil[1]], 10), ([pa, hil[2]], 10),
-                     ([(-22, ytr(an.arch) - 22, an.arch + 40), (hx - 38, hy - 8, ht + 0.5 * hc)], 9),
-                     ([an.beside(T, 11, -0.5) for T in np.linspace(an.pel + 20, -20, 6)] + [(hx - 35, hy + 25, ht - 0.7 * hc)], 11)):
-        _path(g, hu, reg, pts, rad, v["blood"], IN_SOFT, VESSEL, wall=3.0 if rad < 11 else 0.0, wall_hu=v["med"])  # PA, SVC, IVC
-    ya = ytr(an.arch)
-    aorta = [(hx - 20, hy + 5, ht + 0.3 * hc), (-5, hy - 5, an.arch - 12), (6, ya - 12, an.arch), (18, ya + 10, an.arch - 8)]
-    aorta += [an.beside(T, an.r_ao, 0.6) for T in np.arange(an.arch - 25, -30, -20)]
-    _path(g, hu, reg, aorta, an.r_ao, v["blood"], IN_SOFT, VESSEL, wall=3.0, wall_hu=v["med"])
-    bif = an.beside(an.pel + 20, 10, 0.35)
-    _path(g, hu, reg, [aorta[-1]] + [an.beside(T, 10, 0.35) for T in np.linspace(-40, an.pel + 20, 6)], 0.7 * an.r_ao, v["blood"], IN_SOFT, VESSEL)
-    for sg in (-1, 1):
-        _path(g, hu, reg, [bif, (sg * 55, an.sec(an.pel - 90)[7] - 10, an.pel - 90)], 6, v["blood"], IN_SOFT, VESSEL)
-        _path(g, hu, reg, [(sg * 10, ya - 10, an.arch), (sg * (an.r_tr + 12), ytr(H + 100) - 2, H + 140)], 4, v["blood"], IN_SOFT, VESSEL)
-        _path(g, hu, reg, [(sg * (an.r_tr + 24), ytr(an.car) + 2, an.car + 30), (sg * (an.r_tr + 24), ytr(H + 100) + 2, H + 140)],
-              6, v["blood"], IN_SOFT, VESSEL)
-    trachea = [(-2, ytr(T), T) for T in np.linspace(H + 140, an.car, 8)]
-    _path(g, hu, reg, trachea, an.r_tr, -1000.0, IN_SOFT, AIRWAY, wall=2.0, wall_hu=v["mus"])
-    ends = {1: C + (-24, 6, -18), 2: C + (40, 10, -26)}
-    for s, rad in ((1, 7.0), (2, 6.0)):
-        _path(g, hu, reg, [C, ends[s]], rad, -1000.0, IN_SOFT, AIRWAY, wall=1.5, wall_hu=v["mus"])
+    tubes = [([(3, ytr(T) + an.r_tr + an.r_es + 1, T) for T in np.linspace(top, car, 5)] + [(5, ye, 0.0), (st[0], st[1], st[2] + 0.6 * st[5])],
+              an.r_es, v["mus"], MED, 0),  # oesophagus
+             ([(hx - 2, hy - 0.5 * hb, ht + 0.4 * hc), pa], 13, bl, VESSEL, 0), ([pa, hil[1]], 10, bl, VESSEL, 3), ([pa, hil[2]], 10, bl, VESSEL, 3),
+             ([(-22, ya - 22, arch + 40), (hx - 38, hy - 8, ht + 0.5 * hc)], 9, bl, VESSEL, 3),  # SVC
+             ([an.beside(T, 11, -0.5) for T in np.linspace(an.pel + 20, -20, 6)] + [(hx - 35, hy + 25, ht - 0.7 * hc)], 11, bl, VESSEL, 0),  # IVC
+             (aorta, an.r_ao, bl, VESSEL, 3), ([aorta[-1]] + [an.beside(T, 10, 0.35) for T in np.linspace(-40, an.pel + 20, 6)], 0.7 * an.r_ao, bl, VESSEL, 0)]
+    for sg in (-1, 1):  # iliac arteries, carotids, jugulars
+        tubes += [([bif, (sg * 55, an.sec(an.pel - 90)[7] - 10, an.pel - 90)], 6, bl, VESSEL, 0),
+                  ([(sg * 10, ya - 10, arch), (sg * (an.r_tr + 12), ytr(an.H + 100) - 2, top)], 4, bl, VESSEL, 0),
+                  ([(sg * (an.r_tr + 24), ytr(car) + 2, car + 30), (sg * (an.r_tr + 24), ytr(an.H + 100) + 2, top)], 6, bl, VESSEL, 0)]
+    tubes += [(trachea, an.r_tr, -1000.0, AIRWAY, 2), ([C, ends[1]], 7.0, -1000.0, AIRWAY, 1.5), ([C, ends[2]], 6.0, -1000.0, AIRWAY, 1.5)]
+    for pts, rad, val, code, wall in tubes:  # vessels in a sleeve of fat, airways with a soft-tissue wall
+        _path(g, hu, reg, pts, rad, val, IN_SOFT, code, wall, v["mus"] if code == AIRWAY else v["med"])
+
+    def sprout(n, allow, src, out, pull, length, rad, depth):
+        """n random trees from random allowed points; with ``pull`` None, trunks from ``src`` aimed at such points."""
+        for _ in range(n):
+            p = _lung_point(rng, g, reg, -1e9, allow)
+            if p is not None:
+                nrm = float(np.linalg.norm(p - src))
+                e = (p - src) / (nrm + 1e-6)
+                if pull is None:
+                    _tree(rng, src, e, 0.3 * (nrm + 1e-6), rng.uniform(3.5, 5), 7, out)
+                else:
+                    d = rng.normal(size=3) + pull * e
+                    _tree(rng, p, d / np.linalg.norm(d), rng.uniform(*length), rad(nrm), depth, out)
+
     segs, air = [], []
     for s, sg in ((1, -1), (2, 1)):
         vol = np.count_nonzero(reg == s) * float(np.prod(g.s)) / 2.5e6  # share of a whole lung in view
-        for _ in range(int(np.clip(round(8 * vol), 1, 8))):  # vessel trees from the hilum, each trunk aimed at a random point of that lung
-            p = _lung_point(rng, g, reg, -1e9, _lut(s))
-            if p is not None:
-                d = p - hil[s]
-                dist = float(np.linalg.norm(d)) + 1e-6
-                _tree(rng, hil[s], d / dist, 0.3 * dist, rng.uniform(3.5, 5), 7, segs)
-        for _ in range(int(round(100 * vol))):  # peripheral twigs, thinner further from the hilum
-            p = _lung_point(rng, g, reg, -1e9, _lut(s))
-            if p is not None:
-                d = rng.normal(size=3) + 0.5 * (p - hil[s]) / (np.linalg.norm(p - hil[s]) + 1e-6)
-                rad = 2.2 * float(np.clip(1 - np.linalg.norm(p - hil[s]) / 170, 0.3, 1))
-                _tree(rng, p, d / np.linalg.norm(d), rng.uniform(8, 14), rad, 3, segs)
+        sprout(int(np.clip(round(8 * vol), 1, 8)), _lut(s), hil[s], segs, None, None, None, 7)  # trunks from the hilum
+        sprout(int(round(100 * vol)), _lut(s), hil[s], segs, 0.5, (8, 14), lambda d: 2.2 * float(np.clip(1 - d / 170, 0.3, 1)), 3)  # twigs
         for d in ((sg * 0.3, 0.0, 1.0), (sg * 1.0, 0.0, -0.6), (sg * 0.2, 0.5, -1.0)):
             _tree(rng, ends[s], np.array(d) / np.linalg.norm(d), 20.0, 3.5, 2, air)
-        for _ in range(15 if s == an.cons else 0):  # air bronchograms
-            p = _lung_point(rng, g, reg, -1e9, _lut(s + 2))
-            if p is not None:
-                d = rng.normal(size=3) + (p - ends[s]) / (np.linalg.norm(p - ends[s]) + 1e-6)
-                _tree(rng, p, d / np.linalg.norm(d), rng.uniform(12, 20), rng.uniform(1.5, 3), 2, air)
+        sprout(15 if s == an.cons else 0, _lut(s + 2), ends[s], air, 1.0, (12, 20), lambda d: rng.uniform(1.5, 3), 2)  # air bronchograms
     for _ in range(an.emph):  # emphysema: clusters of low-density spheres, upper zones
-        p = _lung_point(rng, g, reg, an.low + (H - an.low) / 3, IN_LUNG)
+        p = _lung_point(rng, g, reg, an.low + (an.H - an.low) / 3, IN_LUNG)
         for c in [] if p is None else [p] + [p + rng.normal(0, 8, 3) for _ in range(2)]:
             _tube(g, hu, reg, c, c, rng.uniform(4, 12), rng.uniform(-980, -950), IN_LUNG)
     for p, q, rad in segs:
@@ -417,27 +394,18 @@ def _tubes(an: _Anatomy, g: _Grid, hu, reg):
         if p is not None:
             _tube(g, hu, reg, p, p, rad, 40.0 if solid else -550.0, IN_LUNG)
             nod.append([*(float(x) for x in p), rad, bool(solid)])
-    cpt = _cavity_point(an)
-    colon = [cpt(-0.6, 0.0, -240), cpt(-0.65, 0.1, -170), cpt(-0.55, -0.35, -155), cpt(0.0, -0.65, -165), cpt(0.55, -0.3, -120),
-             cpt(0.68, 0.15, -125), cpt(0.65, 0.2, -250), cpt(0.35, -0.3, an.pel - 70), cpt(0.0, 0.3, an.pel - 110), cpt(0.0, 0.5, an.pel - 200)]
-    _path(g, hu, reg, colon, rng.uniform(16, 24), 0.0, IN_GUT, COLON, wall=2.5, wall_hu=v["mus"], wall_code=WALL)
+    colon = [an.cpt(*c) for c in ((-0.6, 0.0, -240), (-0.65, 0.1, -170), (-0.55, -0.35, -155), (0.0, -0.65, -165), (0.55, -0.3, -120),
+                                  (0.68, 0.15, -125), (0.65, 0.2, -250), (0.35, -0.3, an.pel - 70), (0.0, 0.3, an.pel - 110), (0.0, 0.5, an.pel - 200))]
+    _path(g, hu, reg, colon, rng.uniform(16, 24), 0.0, IN_GUT, COLON, 2.5, v["mus"], WALL)
     for _ in range(int(rng.integers(14, 28))):  # small-bowel loops: random walks in the lower abdomen
-        pts, d = [np.array(cpt(rng.uniform(-0.5, 0.5), rng.uniform(-0.6, 0.2), rng.uniform(an.pel - 60, -140)))], rng.normal(size=3)
+        pts, d = [np.array(an.cpt(rng.uniform(-0.5, 0.5), rng.uniform(-0.6, 0.2), rng.uniform(an.pel - 60, -140)))], rng.normal(size=3)
         for _ in range(int(rng.integers(5, 9))):
             d = d / np.linalg.norm(d)
             pts.append(pts[-1] + d * rng.uniform(15, 22))
             d = d + rng.normal(0, 0.7, 3)
-        _path(g, hu, reg, pts, rng.uniform(9, 13), 25.0, IN_GUT, BOWEL, wall=2.5, wall_hu=v["mus"], wall_code=WALL)
+        _path(g, hu, reg, pts, rng.uniform(9, 13), 25.0, IN_GUT, BOWEL, 2.5, v["mus"], WALL)
     _contents(an, g, hu, reg)
     return trachea, nod
-
-
-def _cavity_point(an):
-    """Map (fraction of the cavity's half-width, of its half-depth, height) to body-frame mm."""
-    def cpt(fx, fy, T):
-        _, _, _, _, ac, bca, bcp, _, _ = an.sec(T)
-        return (fx * ac, fy * (bca if fy < 0 else bcp), T)
-    return cpt
 
 
 def _lung_point(rng, g, reg, tmin, allow):
@@ -462,41 +430,28 @@ def _contents(an, g, hu, reg):
         hu[z, y, x] = np.where(gas, -1000.0, np.where(col, np.clip(-100 + 75 * (f + 1), -100, 50), 25 + 12 * f))
 
 
-def _finish(hu, rng, noise, smooth, outside, pad):
-    """Per slice: optional gentle blur, correlated noise of std ``noise``, padding outside the scan circle, int16."""
-    out, scale = np.empty(hu.shape, np.int16), None
+def _finish(hu, reg, rng, noise, smooth, outside, pad):
+    """Per slice: optional gentle blur, correlated noise of std ``noise``, padding outside the scan circle; int16 CT
+    and uint8 labels (slice by slice: a whole-volume fancy index would build an int64 copy)."""
+    out, lab, scale = np.empty(hu.shape, np.int16), np.empty_like(reg), None
     for k in range(hu.shape[0]):
         s = ndimage.gaussian_filter(hu[k], smooth) if smooth else hu[k]
         n = ndimage.gaussian_filter(rng.standard_normal(s.shape, np.float32), 0.7)
         scale = scale or noise / float(n.std())
         s = s + scale * n
         if outside is not None:
-            s[outside] = pad
-        out[k] = np.clip(np.rint(s), -3024, 3071)
-    return out
+            s[outside], reg[k][outside] = pad, AIR
+        out[k], lab[k] = np.clip(np.rint(s), -3024, 3071), LABEL_OF[reg[k]]
+    return out, lab
 
 
-def _scan_range(an, kind, u):
-    """Height range (T, mm) of a scan of ``kind``."""
+def _scan(an, kind, size, u):
+    """Height range (T, mm), field of view (mm, centre X, Y) and the canonical grid of a scan of ``kind``."""
     H, low, bottom = an.H, an.low, -u(380, 420)
-    return {"chest": (low - u(10, 40), H + u(15, 40)), "fov_cut": (low - u(10, 40), H + u(15, 40)),
-            "fov_circle": (low - u(10, 40), H + u(15, 40)), "chest_abdomen": (bottom, H + u(15, 40)),
-            "abdomen_bases": (bottom, low + u(20, 60)), "apex": (H - u(60, 110), H + u(60, 100)),
-            "cardiac": (an.ht - 90 + u(-10, 10), None), "no_lungs": (bottom, low - u(20, 50))}[kind]
-
-
-def make_case(seed: int, kind: str, size: str = "default") -> tuple[sitk.Image, sitk.Image, dict]:
-    """Build one phantom: (CT in HU as int16, uint8 lung labels on the same grid, description).
-
-    Deterministic per (seed, kind, size); anatomy depends on (seed, kind) only. ``size``: "default"
-    (1.2-1.6 mm in-plane, at most 256 voxels a side), "small" (2.4-3.2 mm, for tests) or "fine"
-    (0.6-1.0 mm, 256-512 voxels; heavy)."""
-    if kind not in CASES or size not in SIZES:
-        raise ValueError(f"kind must be one of {CASES} and size one of {tuple(SIZES)}")
-    ki = CASES.index(kind)
-    an, geo = _Anatomy(np.random.default_rng([seed, ki])), np.random.default_rng([seed, ki, 1])
-    u = geo.uniform
-    t_lo, t_hi = _scan_range(an, kind, u)
+    t_lo, t_hi = {"chest": (low - u(10, 40), H + u(15, 40)), "fov_cut": (low - u(10, 40), H + u(15, 40)),
+                  "fov_circle": (low - u(10, 40), H + u(15, 40)), "chest_abdomen": (bottom, H + u(15, 40)),
+                  "abdomen_bases": (bottom, low + u(20, 60)), "apex": (H - u(60, 110), H + u(60, 100)),
+                  "cardiac": (an.ht - 90 + u(-10, 10), None), "no_lungs": (bottom, low - u(20, 50))}[kind]
     t_hi = t_lo + 180.0 if t_hi is None else t_hi
     secs = np.array([an.sec(T) for T in np.linspace(t_lo, t_hi, 25)])
     if kind == "cardiac":  # a 180 mm cube around the heart, inside the body
@@ -504,7 +459,7 @@ def make_case(seed: int, kind: str, size: str = "default") -> tuple[sitk.Image, 
         fov, cx, cy = 180.0, 0.2 * an.hx + u(-5, 5), float(np.clip((bp - ba) / 2 + u(-10, 10), 91 - ba, bp - 91))
     elif kind in ("fov_cut", "fov_circle"):  # field of view narrower than the lungs
         fov, cx, cy = 2 * an.sec(an.car)[4] * u(0.6, 0.78), u(-12, 12), float(np.mean(secs[:, 2] - secs[:, 1]) / 2 + u(-10, 10))
-    else:
+    else:  # the whole body and the table
         y0, y1 = -secs[:, 1].max() - 8, an.table_bottom + 5
         fov = max(2 * secs[:, 0].max() + u(15, 50), y1 - y0 + u(5, 20))
         cx, cy = u(-10, 10), (y0 + y1) / 2 + u(-8, 8)
@@ -514,46 +469,49 @@ def make_case(seed: int, kind: str, size: str = "default") -> tuple[sitk.Image, 
     nz = int(np.ceil((t_hi - t_lo) / sz)) + 1
     if nz > nz_max:
         nz, sz = nz_max, (t_hi - t_lo) / (nz_max - 1)
-    g = _Grid((cx - fov / 2 + sp / 2, cy - fov / 2 + sp / 2, t_lo), (sp, sp, sz), (nz, n, n))
+    o = np.array([cx - fov / 2 + sp / 2, cy - fov / 2 + sp / 2, t_lo])  # the canonical LPS grid in body-frame mm: o, s (x, y, z); n (z, y, x)
+    g = SimpleNamespace(o=o, s=np.array([sp, sp, sz]), n=(nz, n, n), X=(o[0] + sp * np.arange(n))[None, :], Y=(o[1] + sp * np.arange(n))[:, None])
+    return t_lo, t_hi, fov, cx, cy, g
+
+
+def make_case(seed: int, kind: str, size: str = "default") -> tuple[sitk.Image, sitk.Image, dict]:
+    """Build one phantom: (CT in HU as int16, uint8 lung labels on the same grid, description).
+
+    Deterministic per (seed, kind, size); anatomy depends on (seed, kind) only. ``size``: "default" (1.2-1.6 mm
+    in-plane, at most 256 voxels a side), "small" (2.4-3.2 mm, for tests) or "fine" (0.6-1.0 mm, 256-512 voxels; heavy)."""
+    if kind not in CASES or size not in SIZES:
+        raise ValueError(f"kind must be one of {CASES} and size one of {tuple(SIZES)}")
+    ki = CASES.index(kind)
+    an, geo = _Anatomy(np.random.default_rng([seed, ki])), np.random.default_rng([seed, ki, 1])
+    u = geo.uniform
+    t_lo, t_hi, fov, cx, cy, g = _scan(an, kind, size, u)
     orient = ORIENTATIONS[int(geo.integers(len(ORIENTATIONS)))]
     shift = np.array([u(-10, 10), u(-25, 25), u(-450, 150)])  # body frame -> physical LPS
-    pad, noise = int(geo.choice([-1024, -2048, -3024])), u(10, 40)
-    smooth = u(0.4, 0.8) if geo.random() < 0.6 else 0.0
+    pad, noise, smooth = int(geo.choice([-1024, -2048, -3024])), u(10, 40), (u(0.4, 0.8) if geo.random() < 0.6 else 0.0)
     hu, reg = np.full(g.n, -1000.0, np.float32), np.zeros(g.n, np.uint8)
     _slices(an, g, hu, reg)
     trachea, nod = _tubes(an, g, hu, reg)
-    outside = None
-    if kind == "fov_circle":
-        outside = (g.X - cx) ** 2 + (g.Y - cy) ** 2 > (fov / 2) ** 2
-        reg[:, outside] = AIR
-    out = _finish(hu, np.random.default_rng([seed, ki, 2]), noise, smooth, outside, pad)
-    del hu
-    lab = np.empty_like(reg)
-    for z0 in range(0, g.n[0], 16):  # slabs: a fancy index would build a full int64 copy
-        lab[z0:z0 + 16] = LABEL_OF[reg[z0:z0 + 16]]
-    del reg
-    count = [0] + [int(np.count_nonzero(lab == i)) for i in (1, 2)]
-    lung_hu = float(out[lab > 0].mean()) if count[1] + count[2] else None
-    zr = {k: np.flatnonzero((lab == i).any((1, 2))) for i, k in ((1, "right"), (2, "left"))}
-    zr = {k: [t_lo + shift[2] + sz * z[0], t_lo + shift[2] + sz * z[-1]] if z.size else None for k, z in zr.items()}
-    img = sitk.GetImageFromArray(out)
-    del out
+    outside = (g.X - cx) ** 2 + (g.Y - cy) ** 2 > (fov / 2) ** 2 if kind == "fov_circle" else None
+    out, lab = _finish(hu, reg, np.random.default_rng([seed, ki, 2]), noise, smooth, outside, pad)
+    del hu, reg
+    count = {k: int(np.count_nonzero(lab == i)) for i, k in ((1, "right"), (2, "left"))}
+    lung_hu = float(out[lab > 0].mean()) if sum(count.values()) else None
+    zr = {k: np.flatnonzero((lab == i).any((1, 2))) * g.s[2] + t_lo + shift[2] for i, k in ((1, "right"), (2, "left"))}
+    img, limg = sitk.GetImageFromArray(out), sitk.GetImageFromArray(lab)
+    del out, lab
     img.SetOrigin(tuple(float(x) for x in g.o + shift))
     img.SetSpacing(tuple(float(x) for x in g.s))
-    limg = sitk.GetImageFromArray(lab)
-    del lab
     limg.CopyInformation(img)
     if orient != "LPS":
         img, limg = sitk.DICOMOrient(img, orient), sitk.DICOMOrient(limg, orient)
-    info = {"name": f"fb_{kind}_{seed:04d}", "kind": kind, "seed": seed, "size": size, "orientation": orient,
-            "size_xyz": list(img.GetSize()), "spacing": list(img.GetSpacing()), "origin": list(img.GetOrigin()),
-            "fov_mm": fov, "body_center_xy_mm": [float(shift[0]), float(shift[1])], "contrast": an.contrast,
-            "noise_hu": noise, "smooth_vox": smooth, "pad_value": pad if outside is not None else None,
-            "lung_voxels": {"right": int(count[1]), "left": int(count[2])}, "lung_mean_hu": lung_hu,
-            "pathology": {"consolidation": {0: None, 1: "right", 2: "left"}[an.cons], "effusion": [("right", "left")[s - 1] for s in an.eff],
+    z = shift[2]
+    info = {"name": f"fb_{kind}_{seed:04d}", "kind": kind, "seed": seed, "size": size, "orientation": orient, "size_xyz": list(img.GetSize()),
+            "spacing": list(img.GetSpacing()), "origin": list(img.GetOrigin()), "fov_mm": fov, "body_center_xy_mm": list(shift[:2]),
+            "contrast": an.contrast, "noise_hu": noise, "pad_value": pad if outside is not None else None, "lung_voxels": count, "lung_mean_hu": lung_hu,
+            "pathology": {"consolidation": [None, "right", "left"][an.cons], "effusion": [("right", "left")[s - 1] for s in an.eff],
                           "emphysema_patches": an.emph, "nodules_xyzr_solid": [[*(np.array(p[:3]) + shift).tolist(), p[3], p[4]] for p in nod]},
-            "z_mm": {"apex": an.H + shift[2], "carina": an.car + shift[2], "dome_right": shift[2], "dome_left": an.top[2] + shift[2],
-                     "lung_floor": an.low + shift[2], "scan": [t_lo + shift[2], t_hi + shift[2]], "lungs": zr},
+            "z_mm": {"apex": an.H + z, "carina": an.car + z, "dome_right": z, "dome_left": an.top[2] + z, "lung_floor": an.low + z,
+                     "scan": [t_lo + z, t_hi + z], "lungs": {k: [v[0], v[-1]] if v.size else None for k, v in zr.items()}},
             "trachea_mm": [(np.array(p, float) + shift).tolist() for p in trachea],
             "table_top_y_mm": an.mat_top + an.mat_t + an.gap + shift[1], "mattress_top_y_mm": an.mat_top + shift[1]}
     return img, limg, json.loads(json.dumps(info, default=float))
@@ -567,13 +525,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="first seed; kinds cycle, the seed steps after each cycle")
     ap.add_argument("--size", choices=tuple(SIZES), default="default")
     ap.add_argument("--kinds", nargs="+", choices=CASES, default=list(CASES))
-    args = ap.parse_args(argv)
+    args, cases = ap.parse_args(argv), []
     args.out.mkdir(parents=True, exist_ok=True)
-    cases = []
     for i in range(args.n):
-        kind, seed = args.kinds[i % len(args.kinds)], args.seed + i // len(args.kinds)
         t0 = time.perf_counter()
-        img, lab, info = make_case(seed, kind, args.size)
+        img, lab, info = make_case(args.seed + i // len(args.kinds), args.kinds[i % len(args.kinds)], args.size)
         info["build_s"] = round(time.perf_counter() - t0, 2)
         sitk.WriteImage(img, str(args.out / f"{info['name']}.nii.gz"))
         sitk.WriteImage(lab, str(args.out / f"{info['name']}_lungs.nii.gz"))
