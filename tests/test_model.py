@@ -15,7 +15,7 @@ import torch
 
 from segpipe.config import IntensityConfig, NetworkConfig, SpacingConfig
 from segpipe.errors import ModelError
-from segpipe.model import DEFAULT_MODEL, FORMAT_VERSION, ModelHeader, StageHeader, load_model, save_model
+from segpipe.model import DEFAULT_MODEL, FORMAT_VERSION, ModelHeader, StageHeader, load_model, normalise_hu, save_model
 
 WEIGHTS = {"coarse": {"a": torch.ones(2)}, "fine": {"b": torch.zeros(3)}}
 
@@ -170,21 +170,24 @@ def test_model_is_light_and_train_never_imports_infer() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_sliding_window_pads_a_small_volume_with_air_as_training_does() -> None:
-    """A volume smaller than a window is framed by air (normalised -1), the value the
-    trainer's patches carry where they leave a scan, not MONAI's default 0 (about -312 HU)."""
+def test_sliding_window_pads_a_small_volume_with_its_own_edge() -> None:
+    """A volume smaller than a window is extended by repeating its edge voxels, not framed by
+    MONAI's default constant 0 (about -312 HU after normalisation)."""
     import torch
 
     from segpipe.config import NetworkConfig, StageConfig
     from segpipe.model import sliding_window_probs
 
-    seen: list[float] = []
+    seen: list[tuple[float, float]] = []
 
     def net(x: torch.Tensor) -> torch.Tensor:
-        seen.append(float(x.min()))
+        seen.append((float(x.min()), float(x.max())))
         return torch.cat([x, -x], dim=1)
 
     stage = StageConfig(network=NetworkConfig(), patch_xyz=(16, 16, 16), amp=False)
-    probs = sliding_window_probs(net, np.full((8, 8, 8), 40.0, np.float32), stage, (-1024.0, 400.0), torch.device("cpu"))
+    hu = np.full((8, 8, 8), -850.0, np.float32)
+    hu[:, :, 4:] = 40.0  # lung on one side, tissue on the other: the padding repeats both
+    probs = sliding_window_probs(net, hu, stage, (-1024.0, 400.0), torch.device("cpu"))
     assert probs.shape == (2, 8, 8, 8)
-    assert min(seen) == -1.0
+    lung, tissue = normalise_hu(np.array([-850.0, 40.0]), (-1024.0, 400.0))
+    assert min(lo for lo, _ in seen) == pytest.approx(lung) and max(hi for _, hi in seen) == pytest.approx(tissue)

@@ -35,10 +35,11 @@ def sliding_window_probs(
     normalisation, then MONAI's sliding-window inferer with Gaussian blending, windows of the
     stage's patch size run on ``device`` under inference mode and AMP, the accumulation buffer
     on ``accumulate_on`` (default ``device``). Shared by inference and validation. A volume
-    smaller than a window is padded with air (the bottom of the intensity window), as the
-    trainer's patches are where they leave a scan: a scan smaller than a coarse window (a
-    cardiac-centred crop, a thin slab) is then seen as in training, not framed by a constant the
-    network never met (MONAI's default pads with 0, about -312 HU after normalisation).
+    smaller than a window is padded by repeating its edge voxels: a scan smaller than a coarse
+    window (a cardiac-centred crop, a thin slab, the lung bases at the top of an abdominal
+    scan) is seen as going on, not framed by a constant (MONAI's default 0 is about -312 HU
+    after normalisation, a wall of soft tissue around a crop; air would end the lungs at the
+    scan's edge).
 
     With ``channel``, only that class's probability ``(Z, Y, X)``, computed in place in the
     logits buffer (two fewer full-size channels than a softmax of all classes)."""
@@ -53,7 +54,7 @@ def sliding_window_probs(
         logits = sliding_window_inference(
             x, roi_size=tuple(reversed(stage.patch_xyz)), sw_batch_size=sw_batch or stage.batch_size, predictor=net,
             overlap=stage.overlap if overlap is None else overlap, mode="gaussian", sw_device=device, device=accumulate_on,
-            padding_mode="constant", cval=-1.0,  # normalise_hu maps window_hu[0] (air) to -1
+            padding_mode="replicate",
         )
         del x  # the input is not needed any more: its memory goes before the next step's
         if channel is None:
