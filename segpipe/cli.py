@@ -438,8 +438,8 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
                    help="no window overlap in the fine stage (faster, rougher); --no-fast undoes a config's fast: true")
     p.add_argument("--min-lung-ml", type=_non_negative_float, default=None, metavar="ML",
-                   help="smallest lung (mL the coarse stage is sure of) that counts as found; smaller finds "
-                        "are taken for bowel gas (default 50; lower it for abdominal scans with thin lung bases)")
+                   help="smallest lung (mL the coarse stage is sure of) that counts as found, a fifth of it for a lung "
+                        "the scan's edge cuts; smaller finds are taken for bowel gas (default 50)")
     _add_rule_arguments(p)
 
     def run(args: argparse.Namespace) -> int:

@@ -471,6 +471,36 @@ def test_a_side_needs_min_lung_ml_of_confident_coarse_lung(model_path: Path, mon
         infer.LungSegmenter.from_file(model_path, device="cpu", min_lung_ml=-1)
 
 
+def test_a_lung_the_scans_edge_cuts_needs_a_fifth_of_min_lung_ml(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lung bases at the top of an abdominal scan show only part of themselves: a side
+    whose coarse lung reaches a face of the scan counts with a fifth of ``min_lung_ml``; the
+    same small find inside the scan does not (bowel gas)."""
+    image, label = _coarse_phantom()
+    hu = sitk.GetArrayFromImage(image)
+    hu[38:, 4:36, 4:36] = 40.0  # the scan ends inside the body, as an abdominal scan's top does
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    small = label.copy()
+    small[small == 2] = 0
+    small[30:38, 20:28, 24:32] = 2  # 512 voxels, 32.8 mL: below 50 mL, above 10 mL
+    hu[label > 0] = 40.0
+    hu[(small > 0) | (label == 1)] = -850.0
+    image = spatial.copy_geometry(hu, image)
+    inside, _ = _locate(seg, image, small, small > 0, monkeypatch)
+    assert set(inside.boxes) == {"right"}
+    cut = small.copy()
+    cut[30:38, 20:28, 24:32] = 0
+    cut[32:40, 20:28, 24:32] = 2  # the same find, reaching the scan's top slice
+    hu[small == 2] = 40.0
+    hu[cut == 2] = -850.0
+    image = spatial.copy_geometry(hu, image)
+    at_edge, _ = _locate(seg, image, cut, cut > 0, monkeypatch)
+    assert set(at_edge.boxes) == {"right", "left"}
+    tiny = cut.copy()
+    tiny[32:38] = np.where(tiny[32:38] == 2, 0, tiny[32:38])  # 128 voxels, 8.2 mL: below 10 mL
+    too_small, _ = _locate(seg, image, tiny, tiny > 0, monkeypatch)
+    assert set(too_small.boxes) == {"right"}
+
+
 # ----------------------------------------------------------------------------- regions
 @pytest.mark.parametrize("overlap", [0.0, 0.25, 0.5])
 def test_window_count_is_monais(overlap: float) -> None:

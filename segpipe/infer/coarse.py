@@ -22,6 +22,13 @@ from segpipe.refine import body_in_view, body_midline_x, coarse_airways, side_bo
 __all__ = ["CoarseResult", "locate", "SIDES"]
 
 SIDES = (("right", 1), ("left", 2))
+CUT_LUNG_SHARE = 0.2  # a lung the scan's edge cuts counts with this share of min_lung_ml
+
+
+def _at_edge(mask: np.ndarray) -> bool:
+    """Whether ``mask`` reaches a face of its array (the scan's edge)."""
+    return bool(mask[0].any() or mask[-1].any() or mask[:, 0].any() or mask[:, -1].any()
+                or mask[:, :, 0].any() or mask[:, :, -1].any())
 
 
 def positions_in(grid: spatial.Geometry, ref: spatial.Geometry) -> list[np.ndarray]:
@@ -136,11 +143,14 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     sides = split_sides(lung & skin_slack(body), min_fraction=s.rules.sides.min_fraction,
                         midline_x=body_midline_x(hu, s.rules.body.hu))
     # a side counts only with enough confident lung: smaller or unsure finds are gas in the
-    # bowel or stomach of a scan without lungs
+    # bowel or stomach of a scan without lungs. A lung the scan's edge cuts (the bases at the
+    # top of an abdominal scan, a slab) shows only part of itself: a fifth of that is enough
     voxel_ml = spatial.voxel_volume_ml(coarse_img)
     for value in (1, 2):
-        if np.count_nonzero((sides == value) & confident) * voxel_ml < s.min_lung_ml:
-            sides[sides == value] = 0
+        side = sides == value
+        needed = s.min_lung_ml * (CUT_LUNG_SHARE if _at_edge(side) else 1.0)
+        if np.count_nonzero(side & confident) * voxel_ml < needed:
+            sides[side] = 0
     boxes = {}
     extra = max(coarse_img.GetSpacing())
     for side, value in SIDES:
