@@ -85,17 +85,19 @@ def test_a_scan_without_lungs_gives_an_empty_mask_and_a_warning(segmenter: LungS
 @pytest.mark.slow
 def test_a_consolidated_lobe_is_added_back_from_the_coarse_stage(segmenter: LungSegmenter) -> None:
     """A phantom with lobar consolidation: the fine stage leaves most of the dense lobe out; the
-    coarse stage calls it lung, and the cascade adds it back (the ``dense_lung`` rule, and
-    ``dense_to_wall`` out to the ribs), which lifts the consolidated lung's Dice. Without the
-    rule nothing is added."""
+    coarse stage calls it lung, and the cascade adds it back when asked (the ``dense_lung`` rule,
+    and ``dense_to_wall`` out to the ribs; both off by default), which lifts the consolidated
+    lung's Dice. Without the rules nothing is added."""
     from segpipe import synthetic
 
     # two consolidated right lower-lobe regions (510 mL added; right Dice 0.886 without the rule, 0.979 with it)
     phantom = synthetic.make_phantom(synthetic.sample_spec(71001, coverage="chest", consolidation=1.0, size_xyz=(256, 256, 160)))
-    on = segmenter.predict_with_report(phantom.image)
-    off = LungSegmenter(segmenter.header, segmenter.weights, device="cpu", rules={"dense_lung": False}).predict_with_report(phantom.image)
+    rules = {"dense_lung": True, "dense_to_wall": True}
+    on = LungSegmenter(segmenter.header, segmenter.weights, device="cpu", rules=rules).predict_with_report(phantom.image)
+    off = segmenter.predict_with_report(phantom.image)
     assert off.report["rules"]["dense_lung"] == {"enabled": False, "grid": "fine", "added_ml": 0.0, "removed_ml": 0.0}
-    assert off.report["rules"]["dense_to_wall"]["enabled"] and off.report["rules"]["dense_to_wall"]["added_ml"] == 0.0  # nothing to follow
+    only = LungSegmenter(segmenter.header, segmenter.weights, device="cpu", rules={"dense_to_wall": True})
+    assert only.predict_with_report(phantom.image).report["rules"]["dense_to_wall"]["added_ml"] == 0.0  # nothing to follow
     dense = on.report["rules"]["dense_lung"]
     assert dense["enabled"] and dense["added_ml"] + on.report["rules"]["dense_to_wall"]["added_ml"] >= 100.0, on.report["rules"]
     side = phantom.info["consolidation"][0]["side"]

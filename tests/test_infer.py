@@ -759,6 +759,14 @@ def test_lung_on_a_face_counts_only_for_the_lungs_not_for_small_islands() -> Non
 
 
 # ----------------------------------------------------------------------------- clean-up rules as options
+#: rules off by default (the rule ablation: they add non-lung on scans other than segpipe.synthetic's)
+OFF_BY_DEFAULT = ("dense_lung", "dense_to_wall")
+
+
+def _default_on(name: str) -> bool:
+    return name not in OFF_BY_DEFAULT
+
+
 def _rules_enabled(report: dict[str, Any]) -> dict[str, bool]:
     return {name: r["enabled"] for name, r in report["rules"].items()}
 
@@ -784,7 +792,7 @@ def test_rules_switched_off_in_the_api_are_reported_in_order_and_the_segmenter_k
         seg.settings.fast = True  # type: ignore[misc]
     report = first.report
     assert list(report["rules"]) == RULE_ORDER
-    assert _rules_enabled(report) == {name: name != "fat" for name in RULE_ORDER}
+    assert _rules_enabled(report) == {name: name != "fat" and _default_on(name) for name in RULE_ORDER}
     for name, r in report["rules"].items():
         assert set(r) == {"enabled", "grid", "added_ml", "removed_ml"}
         assert r["grid"] == ("fine" if name in RULE_ORDER[:3] else "scan")
@@ -806,7 +814,7 @@ def test_rules_can_be_given_as_a_ruleset_and_a_scan_without_lungs_reports_every_
     assert seg.rules is rules
     report = seg.predict_with_report(scan).report  # the untrained coarse net finds no lung
     assert list(report["rules"]) == RULE_ORDER
-    assert _rules_enabled(report) == {name: name != "edge_snap" for name in RULE_ORDER}
+    assert _rules_enabled(report) == {name: name != "edge_snap" and _default_on(name) for name in RULE_ORDER}
     assert all(r["added_ml"] == r["removed_ml"] == 0.0 for r in report["rules"].values())
 
 
@@ -816,7 +824,7 @@ def test_cli_no_rule_gives_a_report_with_the_rule_off(model_path: Path, scan: si
     assert main([*args, "--no-rule", "fat"]) == 0
     report = json.loads((tmp_path / "out" / "case_lungs.json").read_text())
     assert list(report["rules"]) == RULE_ORDER
-    assert _rules_enabled(report) == {name: name != "fat" for name in RULE_ORDER}
+    assert _rules_enabled(report) == {name: name != "fat" and _default_on(name) for name in RULE_ORDER}
 
 
 @pytest.fixture
@@ -849,7 +857,7 @@ def test_cli_rule_options_reach_the_segmenter(cli_segmenter: Any) -> None:
     assert not seg.rules.edge_snap.enabled and not seg.rules.airways.enabled and seg.rules.fat.enabled
     assert seg.rules.fat.hu == (-190.0, -40.0)
     code, seg = cli_segmenter("--device", "cpu")
-    assert code == 0 and seg is not None and all(seg.rules.enabled(n) for n in RULE_ORDER)
+    assert code == 0 and seg is not None and all(seg.rules.enabled(n) == _default_on(n) for n in RULE_ORDER)
 
 
 @pytest.mark.parametrize("extra, expected", [
@@ -882,7 +890,7 @@ def test_cli_config_file_is_applied_and_the_command_line_wins(cli_segmenter: Any
     s = seg.settings
     assert s.fast and s.fine_overlap == 0.0 and s.device.type == "cpu" and s.min_lung_ml == 80.0 and s.sw_batch_size == 3
     assert not seg.rules.edge_snap.enabled and seg.rules.pleural_air.min_ml == 30.0
-    assert all(seg.rules.enabled(n) for n in RULE_ORDER if n != "edge_snap")
+    assert all(seg.rules.enabled(n) == _default_on(n) for n in RULE_ORDER if n != "edge_snap")
     # the command line wins; the rest of the file still holds
     code, seg = cli_segmenter("--config", str(cfg), "--rule", "edge_snap", "--rule-param", "pleural_air.min_ml=20",
                               "--min-lung-ml", "60", "--no-rule", "fat")
@@ -910,7 +918,7 @@ def fat_off_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_rules_stored_in_the_model_file_are_the_segmenters_and_options_change_them(fat_off_model: Path) -> None:
     seg = infer.LungSegmenter.from_file(fat_off_model, device="cpu")
     assert not seg.rules.fat.enabled and seg.rules.pleural_air.min_ml == 25.0
-    assert all(seg.rules.enabled(n) for n in RULE_ORDER if n != "fat")
+    assert all(seg.rules.enabled(n) == _default_on(n) for n in RULE_ORDER if n != "fat")
     on = infer.LungSegmenter.from_file(fat_off_model, device="cpu", rules={"fat": True, "edge_snap": False})
     assert on.rules.fat.enabled and not on.rules.edge_snap.enabled and on.rules.pleural_air.min_ml == 25.0
 
@@ -929,7 +937,7 @@ def test_rules_command_lists_the_steps_in_order(model_path: Path, fat_off_model:
     assert len(lines) == 9
     for i, (line, name) in enumerate(zip(lines, RULE_ORDER), 1):
         assert line.split()[:2] == [f"{i}.", name], line
-        assert line.split()[3] == ("always" if name in ALWAYS_ON else "on"), line
+        assert line.split()[3] == ("always" if name in ALWAYS_ON else "on" if _default_on(name) else "off"), line
     assert main(["rules", "--model", str(model_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert list(data) == RULE_ORDER and data["fat"]["enabled"] is True and data["pleural_air"]["min_ml"] == 10.0

@@ -708,6 +708,8 @@ def test_dense_to_wall_needs_ribs_and_stops_at_fat() -> None:
 
 # ----------------------------------------------------------------------------- RuleSet
 SWITCHABLE = [s.name for s in STEPS if s.switchable]
+DEFAULT_ON = {n: n not in ("dense_lung", "dense_to_wall") for n in SWITCHABLE}
+ALL_ON = RuleSet().switched(on=SWITCHABLE)  # every rule on, as the fine-grid tests need
 ALWAYS_ON = [s.name for s in STEPS if not s.switchable]
 
 
@@ -725,20 +727,20 @@ def test_rule_set_defaults_round_trip_through_a_dict() -> None:
     defaults = RuleSet()
     data = defaults.to_dict()
     assert list(data) == [s.name for s in STEPS]
-    assert all(data[n]["enabled"] is True for n in SWITCHABLE)
+    assert {n: data[n]["enabled"] for n in SWITCHABLE} == DEFAULT_ON  # dense_lung, dense_to_wall off (rule ablation)
     assert all("enabled" not in data[n] for n in ALWAYS_ON)  # nothing to switch
     assert data["pleural_air"]["hu"] == PleuralAirParams().hu and data["fat"]["hu"] == list(FatParams().hu)
     assert RuleSet.from_dict(data) == defaults
     assert RuleSet.from_dict(json.loads(json.dumps(data))) == defaults  # tuples come back from lists
     assert RuleSet.from_dict(None) == RuleSet.from_dict({}) == defaults  # a model file without them
-    assert all(defaults.enabled(s.name) for s in STEPS)
+    assert all(defaults.enabled(s.name) == DEFAULT_ON.get(s.name, True) for s in STEPS)
     changed = defaults.updated({"fat": {"hu": [-150, -50]}, "components": {"min_ml": 2}})
     assert RuleSet.from_dict(json.loads(json.dumps(changed.to_dict()))) == changed
     assert changed.fat.hu == (-150.0, -50.0) and changed.components.min_ml == 2.0
 
 
 def test_rule_set_updated_switches_and_sets_parameters() -> None:
-    defaults = RuleSet()
+    defaults = ALL_ON
     new = defaults.updated({"dense_lung": False, "pleural_air": {"min_ml": 20}})
     assert not new.enabled("dense_lung") and new.enabled("pleural_air")
     assert new.pleural_air.min_ml == 20.0 and isinstance(new.pleural_air.min_ml, float)
@@ -746,20 +748,20 @@ def test_rule_set_updated_switches_and_sets_parameters() -> None:
     assert new.dense_lung == DenseLungParams(enabled=False)
     for name in ("dense_to_wall", "body", "airways", "fat", "edge_snap", "sides", "components"):
         assert getattr(new, name) == getattr(defaults, name), name
-    assert defaults == RuleSet() and defaults.enabled("dense_lung")  # a copy: the original is frozen
+    assert defaults == ALL_ON and defaults.enabled("dense_lung")  # a copy: the original is frozen
     # changes build on the copy they are applied to
     assert new.updated({"pleural_air": {"hu": -990}}).pleural_air == PleuralAirParams(min_ml=20.0, hu=-990.0)
-    assert new.updated({"dense_lung": True}).dense_lung == DenseLungParams()
+    assert new.updated({"dense_lung": True}).dense_lung == DenseLungParams(enabled=True)
     assert defaults.updated({}) == defaults
 
 
 @pytest.mark.parametrize("name", SWITCHABLE)
 def test_rule_set_bool_shorthand(name: str) -> None:
-    off = RuleSet().updated({name: False})
-    assert off == RuleSet().updated({name: {"enabled": False}}) == RuleSet().switched(off=[name])
+    off = ALL_ON.updated({name: False})
+    assert off == ALL_ON.updated({name: {"enabled": False}}) == ALL_ON.switched(off=[name])
     assert not off.enabled(name)
     assert all(off.enabled(other) for other in (s.name for s in STEPS) if other != name)
-    assert off.updated({name: True}) == RuleSet() == off.switched(on=[name])
+    assert off.updated({name: True}) == ALL_ON == off.switched(on=[name])
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -926,10 +928,10 @@ def _step_by_step(grid: str, mask: np.ndarray, ctx: FineContext | ScanContext, r
 
 def test_run_rule_seton_the_fine_grid() -> None:
     lung, ctx, c = _fine_case()
-    out, reports = run_rules("fine", lung, ctx, RuleSet())
+    out, reports = run_rules("fine", lung, ctx, ALL_ON)
     assert [r.name for r in reports] == ["dense_lung", "dense_to_wall", "pleural_air"]
     assert all(r.grid == "fine" and r.enabled and r.warnings == () for r in reports)
-    expected, changes = _step_by_step("fine", lung, ctx, RuleSet())
+    expected, changes = _step_by_step("fine", lung, ctx, ALL_ON)
     assert np.array_equal(out, expected) and out.dtype == bool
     for report in reports:
         added, removed = changes[report.name]
@@ -947,14 +949,14 @@ def test_run_rule_seton_the_fine_grid() -> None:
 @pytest.mark.parametrize("off", ["dense_lung", "dense_to_wall", "pleural_air"])
 def test_a_fine_rule_switched_off_leaves_the_mask_as_without_it(off: str) -> None:
     lung, ctx, c = _fine_case()
-    rule_set = RuleSet().switched(off=[off])
+    rule_set = ALL_ON.switched(off=[off])
     out, reports = run_rules("fine", lung, ctx, rule_set)
     assert [r.name for r in reports] == ["dense_lung", "dense_to_wall", "pleural_air"]
     assert [r.enabled for r in reports] == [r.name != off for r in reports]
     assert reports[[r.name for r in reports].index(off)] == RuleReport(off, "fine", enabled=False)
     expected, _ = _step_by_step("fine", lung, ctx, rule_set)
     assert np.array_equal(out, expected)
-    default, _ = run_rules("fine", lung, ctx, RuleSet())
+    default, _ = run_rules("fine", lung, ctx, ALL_ON)
     assert not np.array_equal(out, default)  # the rule mattered here
     if off == "dense_lung":  # nothing added, so nothing to follow out to the ribs
         assert reports[1].added_ml == 0 and not (out & ~lung).any()
@@ -1035,11 +1037,11 @@ def test_run_rule_setpasses_each_rule_its_parameters(grid: str, changes: dict, o
     to do gives the mask of that rule switched off (and a report of nothing done)."""
     if grid == "fine":
         lung, ctx, _ = _fine_case()
-        runs = [run_rules(grid, lung, ctx, r) for r in (RuleSet().updated(changes), RuleSet().switched(off=[off]), RuleSet())]
+        runs = [run_rules(grid, lung, ctx, r) for r in (ALL_ON.updated(changes), ALL_ON.switched(off=[off]), ALL_ON)]
     else:
         hu, label, parts = _scan_case()
         runs = [run_rules(grid, label.copy(), _scan_context(hu, parts), r)
-                for r in (RuleSet().updated(changes), RuleSet().switched(off=[off]), RuleSet())]
+                for r in (ALL_ON.updated(changes), ALL_ON.switched(off=[off]), ALL_ON)]
     (changed, reports), (switched_off, _), (default, _) = runs
     assert np.array_equal(changed, switched_off) and not np.array_equal(changed, default)
     report = next(r for r in reports if r.name == off)
@@ -1114,7 +1116,7 @@ def test_describe_gives_nine_numbered_lines_in_order() -> None:
     for i, (line, step) in enumerate(zip(lines, STEPS), 1):
         assert line.startswith(f"{i}. {step.name} "), line
         assert line.split()[2] == step.grid
-        assert line.split()[3] == ("on" if step.switchable else "always")
+        assert line.split()[3] == (("on" if DEFAULT_ON[step.name] else "off") if step.switchable else "always")
         assert step.summary in line
     assert "[hu=-975.0, smooth_mm=1.0" in lines[2]  # the parameters, without "enabled"
     assert "enabled" not in "".join(lines)

@@ -31,7 +31,7 @@ class DenseLungParams:
         min_share: share of a region's voxels that must be dense.
     """
 
-    enabled: bool = True
+    enabled: bool = False
     hu: float = -300.0
     smooth_mm: float = 1.5
     open_mm: float = 4.5

@@ -35,7 +35,7 @@ class DenseToWallParams:
         rib_bins: angular bins of the rib cage's inner radius around the body's axis.
     """
 
-    enabled: bool = True
+    enabled: bool = False
     reach_mm: float = 20.0
     wall_hu: tuple[float, float] = (-20.0, 80.0)
     smooth_mm: float = 1.0
