@@ -322,7 +322,7 @@ def test_low_resolution_augmentation_blurs_edges_and_keeps_labels() -> None:
 def test_cut_field_of_view_sets_air_and_background_outside_the_part_kept() -> None:
     """Each cut keeps one axis-aligned box (or the z slab, or an in-plane disc) of the patch
     and makes the rest what a scan's edge looks like: air, background."""
-    from segpipe.train.data import cut_field_of_view
+    from segpipe.train.patches import cut_field_of_view
 
     rng = np.random.default_rng(3)
     img = np.full((20, 40, 40), 40.0, np.float32)

@@ -12,7 +12,7 @@ from segpipe import train
 from segpipe.config import TrainConfig, from_dict
 from segpipe.errors import ModelError
 from segpipe.model import load_model
-from segpipe.train import trainer
+from segpipe.train import run, trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples" / "train_96"
@@ -119,7 +119,7 @@ def test_two_class_targets_merge_the_lungs() -> None:
 
 
 def test_the_bundled_sample_data_is_the_default() -> None:
-    assert trainer.DEFAULT_DATA == SAMPLES
+    assert run.DEFAULT_DATA == SAMPLES
 
 
 def test_lr_schedule() -> None:

@@ -1,7 +1,9 @@
-"""Training: the trainer (:mod:`segpipe.train.trainer`: both stages, AMP, accumulation,
-gradient checkpointing, DDP, atomic checkpoints, resume, the model file) and its data
-(:mod:`segpipe.train.data`: dataset discovery and validation, the preprocessing cache, patch
-sampling, augmentation).
+"""Training, split along the data flow: :mod:`segpipe.train.dataset` (dataset discovery and
+validation), :mod:`segpipe.train.cache` (the preprocessing cache), :mod:`segpipe.train.patches`
+(patch sampling, augmentation), :mod:`segpipe.train.trainer` (one stage: AMP, accumulation,
+gradient checkpointing, DDP, atomic checkpoints, resume) and :mod:`segpipe.train.run` (the whole
+run: data preparation, both stages, the model file). :mod:`segpipe.train.data` re-exports the
+three data modules' public names.
 
 Shares the network, the intensity normalisation, the sliding window and the model file with
 inference through :mod:`segpipe.model`; never imports :mod:`segpipe.infer`.
@@ -15,17 +17,8 @@ Example:
 from __future__ import annotations
 
 from segpipe.train import data
-from segpipe.train.trainer import (
-    EpochShardSampler,
-    TrainingError,
-    TrainResult,
-    apply_memory_plan,
-    lr_factor,
-    prepare_data,
-    split_cases,
-    train,
-    train_stage,
-)
+from segpipe.train.run import TrainResult, apply_memory_plan, prepare_data, split_cases, train
+from segpipe.train.trainer import EpochShardSampler, TrainingError, lr_factor, train_stage
 
 __all__ = [
     "data",

@@ -1,26 +1,21 @@
-"""Training of the two stages: the coarse localiser and the fine per-lung segmenter.
+"""Training of one stage (the coarse localiser or the fine per-lung segmenter): :func:`train_stage`.
 
 One code path for a laptop CPU and a GPU cluster: Dice + cross-entropy (MONAI), AdamW or SGD
 with warm-up and a poly or cosine schedule, gradient clipping, AMP (fp16 + GradScaler on CUDA,
 bf16 on the CPU), gradient checkpointing and accumulation, non-finite steps skipped and counted,
 DistributedDataParallel when launched by ``torchrun`` (nccl on CUDA, gloo on the CPU), atomic
 checkpoints (latest and best by validation Dice), exact resume, a metrics log (JSON lines) and
-a training-curve picture. The result is one model file holding both stages
-(:mod:`segpipe.model.file`).
+a training-curve picture. The whole run (data preparation, both stages, the model file) is
+:func:`segpipe.train.run.train`.
 
 Determinism: patch ``i`` of epoch ``e`` depends only on ``(seed, e, i)`` (see
-:class:`segpipe.train.data.PatchDataset`), checkpoints are taken at epoch ends, and resuming from one
+:class:`segpipe.train.patches.PatchDataset`), checkpoints are taken at epoch ends, and resuming from one
 continues exactly as an uninterrupted run would (same weights on the CPU).
-
-Example:
-    >>> from segpipe.config import TrainConfig
-    >>> result = train(TrainConfig(), data_dir="data_samples/train_96", run_dir="runs/demo")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import math
@@ -36,38 +31,23 @@ import numpy as np
 
 from segpipe.config import NetworkConfig, StageConfig, TrainConfig, from_dict, to_dict
 from segpipe.errors import ConfigError, SegpipeError
-from segpipe.model import DEFAULT_MODEL, ModelHeader, StageHeader
-from segpipe.train import data as data_mod
+from segpipe.model import DEFAULT_MODEL, StageHeader
+from segpipe.train.cache import CachedVolume
+from segpipe.train.patches import PatchDataset
 
 __all__ = [
     "TrainingError",
-    "TrainResult",
-    "train",
     "train_stage",
-    "prepare_data",
-    "split_cases",
     "EpochShardSampler",
-    "apply_memory_plan",
     "lr_factor",
 ]
 
 log = logging.getLogger("segpipe")
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "data_samples" / "train_96"
-
 
 class TrainingError(SegpipeError):
     """Training cannot go on (e.g. too many non-finite steps in a row)."""
 
-
-@dataclass
-class TrainResult:
-    """What :func:`train` produced."""
-
-    run_dir: Path
-    model_path: Path | None
-    best: dict[str, dict[str, float]]
-    history: list[dict[str, Any]]
 
 
 # ----------------------------------------------------------------------------- distributed
@@ -144,7 +124,7 @@ class EpochShardSampler:
 class _EpochIndexed:
     """Wraps a PatchDataset so item ``epoch * length + i`` is patch ``i`` of ``epoch``."""
 
-    def __init__(self, dataset: data_mod.PatchDataset) -> None:
+    def __init__(self, dataset: PatchDataset) -> None:
         self.dataset = dataset
 
     def __len__(self) -> int:
@@ -155,73 +135,6 @@ class _EpochIndexed:
         self.dataset.epoch = epoch
         return self.dataset[i]
 
-
-# ----------------------------------------------------------------------------- data
-def split_cases(names: list[str], val_fraction: float, seed: int) -> tuple[list[str], list[str]]:
-    """Deterministic train/validation split by name: at least one case of each when there
-    are two or more cases and ``val_fraction`` > 0."""
-    names = sorted(names)
-    if val_fraction <= 0 or len(names) < 2:
-        return names, []
-    rng = np.random.default_rng(seed)
-    order = list(rng.permutation(len(names)))
-    n_val = min(len(names) - 1, max(1, int(round(val_fraction * len(names)))))
-    val = sorted(names[i] for i in order[:n_val])
-    return [n for n in names if n not in val], val
-
-
-def prepare_data(
-    cfg: TrainConfig, data_dir: str | Path | None, cache_dir: str | Path, *, progress: bool = False
-) -> tuple[list[data_mod.CachedCase], list[data_mod.CachedCase], dict[str, Any]]:
-    """Discover, validate and cache the dataset (plus ``cfg.data.extra_phantoms`` generated
-    phantoms); return (train cases, validation cases, a summary for the model file)."""
-    root = Path(data_dir) if data_dir is not None else DEFAULT_DATA
-    if data_dir is None and not root.is_dir():
-        raise data_mod.DatasetError(
-            f"no --data given and the bundled sample data ({root}) is not there (installed without the "
-            "source tree?); pass --data DIR"
-        )
-    cases = data_mod.discover(root)
-    if cfg.data.extra_phantoms:
-        from segpipe import synthetic
-
-        overrides: dict[str, Any] = dict(cfg.data.phantom_pathology.overrides())
-        coverage = cfg.data.phantom_coverage.weights()
-        tag = "".join(f"_{k}{v:g}" for k, v in sorted({**overrides, **coverage}.items()))
-        if coverage:
-            overrides["coverage_weights"] = coverage
-        size = "x".join(map(str, cfg.data.phantom_size_xyz))
-        phantom_dir = Path(cache_dir) / f"phantoms_seed{cfg.data.phantom_seed}_n{cfg.data.extra_phantoms}_{size}{tag}"
-        if not (phantom_dir / "dataset.json").is_file():
-            synthetic.write_dataset(
-                phantom_dir, cfg.data.extra_phantoms, seed=cfg.data.phantom_seed,
-                progress=progress, size_xyz=cfg.data.phantom_size_xyz, **overrides,
-            )
-        extra = data_mod.discover(phantom_dir)
-        cases += [dataclasses.replace(c, name=f"phantom-{c.name}") for c in extra]
-    data_mod.validate_cases(cases, progress=progress)
-    cached = data_mod.build_cache(
-        cases, Path(cache_dir),
-        coarse_spacing_mm=cfg.spacing.coarse_mm, fine_spacing_mm=cfg.spacing.fine_mm,
-        margin_mm=cfg.data.margin_mm, coarse_size_xyz=cfg.spacing.coarse_size_xyz, progress=progress,
-    )
-    train_names, val_names = split_cases([c.name for c in cached], cfg.data.val_fraction, cfg.seed)
-    train_cases = [c for c in cached if c.name in train_names]
-    val_cases = [c for c in cached if c.name in val_names]
-    summary = {
-        "source": str(root),
-        "cases": len(cached),
-        "extra_phantoms": cfg.data.extra_phantoms,
-        "train": train_names,
-        "validation": val_names,
-    }
-    return train_cases, val_cases, summary
-
-
-def _stage_volumes(cases: list[data_mod.CachedCase], stage: str) -> list[data_mod.CachedVolume]:
-    if stage == "coarse":
-        return [c.coarse for c in cases]
-    return [v for c in cases for v in c.fine.values()]
 
 
 # ----------------------------------------------------------------------------- optimisation
@@ -258,7 +171,7 @@ def class_targets(label: Any, num_classes: int) -> Any:
 
 # ----------------------------------------------------------------------------- validation
 def evaluate(
-    model: Any, volumes: list[data_mod.CachedVolume], stage: StageConfig, cfg: TrainConfig, device: Any
+    model: Any, volumes: list[CachedVolume], stage: StageConfig, cfg: TrainConfig, device: Any
 ) -> dict[str, float]:
     """Mean Dice per lung over ``volumes`` (whole cached volumes, sliding window), scored as
     inference uses each stage: the coarse stage's lung is sided by geometry
@@ -330,8 +243,8 @@ def _stage_header(stage_name: str, stage: StageConfig, model: Any) -> StageHeade
 def train_stage(
     stage_name: str,
     cfg: TrainConfig,
-    train_vols: list[data_mod.CachedVolume],
-    val_vols: list[data_mod.CachedVolume],
+    train_vols: list[CachedVolume],
+    val_vols: list[CachedVolume],
     run_dir: Path,
     *,
     resume: bool = False,
@@ -377,7 +290,7 @@ def train_stage(
 
     per_rank_batch = stage.batch_size
     items = stage.steps_per_epoch * stage.accumulation * per_rank_batch * dist_info.world
-    dataset = data_mod.PatchDataset(
+    dataset = PatchDataset(
         train_vols, stage.patch_xyz, items, cfg.intensity.window_hu, stage.fg_fraction,
         augment=cfg.augment, spacing_jitter=stage.spacing_jitter, seed=cfg.seed + (0 if stage_name == "coarse" else 7919),
         dense_fraction=stage.dense_fraction,
@@ -541,131 +454,3 @@ def _check_nonfinite(consecutive: int, limit: int, stage: str, step: int) -> Non
             "lower the learning rate (fine.lr / coarse.lr), turn off AMP, or check the data"
         )
 
-
-# ----------------------------------------------------------------------------- both stages
-def train(
-    cfg: TrainConfig,
-    *,
-    data_dir: str | Path | None = None,
-    run_dir: str | Path,
-    resume: bool = False,
-    progress: bool = True,
-    max_epochs: int | None = None,
-) -> TrainResult:
-    """Train ``cfg.stages`` (both by default) and write ``run_dir/model.pt``.
-
-    Args:
-        cfg: the training configuration.
-        data_dir: dataset folder (Decathlon, nnU-Net raw or images/+labels/); the bundled
-            ``data_samples/train_96`` when ``None``.
-        run_dir: output folder: checkpoints, ``metrics.jsonl``, ``curves.png``, ``model.pt``,
-            ``config.yaml``; the preprocessing cache goes to ``cfg.data.cache_dir`` or
-            ``run_dir/cache``.
-        resume: continue from ``run_dir``'s latest checkpoints (same config required).
-        progress: progress bars.
-        max_epochs: stop each stage after this many epochs in total (for tests).
-    """
-    import yaml
-
-    from segpipe.device import resolve_device
-    from segpipe.model import save_model
-
-    stages = ("coarse", "fine") if cfg.stages == "both" else (cfg.stages,)
-    if cfg.init_model:  # fail before the data are prepared
-        from segpipe.model import build_network
-
-        for stage_name in stages:
-            initial_weights(cfg.init_model, stage_name, build_network(getattr(cfg, stage_name).network).settings(), cfg)
-    dist_info = _init_distributed(resolve_device(cfg.device).type)
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_path = run_dir / "config.yaml"
-    resolved = to_dict(cfg)
-    if resume and config_path.is_file():
-        previous = yaml.safe_load(config_path.read_text())
-        if from_dict(TrainConfig, previous) != cfg:
-            raise ConfigError(f"--resume: {config_path} differs from the given config; resume with the same settings")
-    cache_dir = Path(cfg.data.cache_dir) if cfg.data.cache_dir else run_dir / "cache"
-    if dist_info.main:
-        tmp = config_path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
-        tmp.replace(config_path)
-        if not resume:
-            (run_dir / "metrics.jsonl").unlink(missing_ok=True)
-        train_cases, val_cases, summary = prepare_data(cfg, data_dir, cache_dir, progress=progress)
-    _barrier(dist_info)
-    if not dist_info.main:  # the cache is built by now: every other rank only reads it
-        train_cases, val_cases, summary = prepare_data(cfg, data_dir, cache_dir, progress=False)
-    results: dict[str, dict[str, Any]] = {}
-    for stage_name in stages:
-        vols = _stage_volumes(train_cases, stage_name)
-        if not vols:
-            raise TrainingError(f"{stage_name} stage: no training volumes (no lungs in the training labels?)")
-        results[stage_name] = train_stage(
-            stage_name, cfg, vols, _stage_volumes(val_cases, stage_name), run_dir,
-            resume=resume, progress=progress, max_epochs=max_epochs,
-        )
-    history = [row for r in results.values() for row in r["history"]]
-    best = {k: r["best"] for k, r in results.items()}
-    model_path = None
-    if dist_info.main:
-        weights: dict[str, Any] = {}
-        headers: dict[str, StageHeader] = {}
-        for stage_name in ("coarse", "fine"):
-            if stage_name in results:
-                weights[stage_name] = results[stage_name]["state_dict"]
-                headers[stage_name] = results[stage_name]["header"]
-            else:  # a stage trained earlier in this run folder, else the init model's
-                import torch
-
-                path = _checkpoint_paths(run_dir, stage_name)[1]
-                if path.is_file():
-                    ck = torch.load(path, map_location="cpu", weights_only=True)
-                    weights[stage_name] = ck["model"]
-                    headers[stage_name] = StageHeader.from_dict(json.loads(ck["header"]), stage_name)
-                elif cfg.init_model:
-                    from segpipe.model import load_model
-
-                    init_header, init_weights = load_model(DEFAULT_MODEL if cfg.init_model == "default" else cfg.init_model)
-                    weights[stage_name] = init_weights[stage_name]
-                    headers[stage_name] = init_header.stage(stage_name)
-                    log.info("%s stage taken unchanged from %s", stage_name, cfg.init_model)
-        if len(weights) == 2:
-            from segpipe.refine import RuleSet
-
-            header = ModelHeader(
-                coarse=headers["coarse"],
-                fine=headers["fine"],
-                spacing=cfg.spacing,
-                intensity=cfg.intensity,
-                margin_mm=cfg.data.margin_mm,
-                labels={str(k): v for k, v in data_mod.LABELS.items()},
-                refine=RuleSet().to_dict(),  # the clean-up rules this segpipe runs, so the file gives the same masks later
-                train_config=resolved,
-                training_data=summary,
-                validation=best,
-                created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            )
-            model_path = save_model(run_dir / "model.pt", header, weights)
-        else:
-            log.warning("model.pt not written: it needs both stages; train the other stage into %s", run_dir)
-    return TrainResult(run_dir, model_path, best, history)
-
-
-def apply_memory_plan(cfg: TrainConfig, gpu_memory: str) -> tuple[TrainConfig, Any]:
-    """Run :func:`segpipe.memory.plan_training` for the fine stage and put its patch, batch,
-    accumulation, checkpointing and AMP choice into ``cfg``; returns (new config, plan)."""
-    from segpipe.memory import plan_training
-
-    plan = plan_training(
-        gpu_memory, cfg.fine.network, spacing_mm=cfg.spacing.fine_mm, amp=True, optimizer=cfg.optim.optimizer
-    )
-    fine = dataclasses.replace(
-        cfg.fine,
-        network=dataclasses.replace(cfg.fine.network, checkpointing=plan.checkpointing),
-        patch_xyz=tuple(plan.patch_size),  # type: ignore[arg-type]
-        batch_size=plan.batch_size,
-        accumulation=plan.accumulation_steps,
-        amp=plan.amp,
-    )
-    return dataclasses.replace(cfg, fine=fine), plan
