@@ -93,7 +93,7 @@ def _add_synth(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spacing", type=_float_triple, metavar="SX,SY,SZ", help="voxel spacing in mm (default from the field of view)")
     p.add_argument("--fov", type=float, metavar="MM", help="in-plane field of view in mm when size or spacing is unset")
     p.add_argument("--slice", type=float, metavar="MM", help="slice spacing in mm when size and spacing are unset")
-    p.add_argument("--coverage", choices=("chest", "chest_abdomen", "neck_pelvis", "lung_bases", "no_lungs"),
+    p.add_argument("--coverage", choices=("chest", "chest_abdomen", "neck_pelvis", "lung_bases", "no_lungs", "abdomen_bases"),
                    help="body region scanned (default: random, mostly chest)")
     p.add_argument("--orientation", type=str.upper, choices=("LPS", "RAS", "LAS", "LPI"),
                    help="storage orientation (default: random)")
@@ -105,6 +105,8 @@ def _add_synth(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--contrast", choices=("yes", "no"), help="intravenous contrast (default: random)")
     p.add_argument("--padding", choices=("none", "-1024", "-2048", "-3024"),
                    help="value outside the circular field of view (default: random)")
+    p.add_argument("--abdomen-detail", type=float, metavar="P",
+                   help="probability of the detailed abdomen: haustra, small-bowel loops, varied tables (default 0)")
     p.add_argument("--preview", nargs="?", const=True, default=False, metavar="PNG",
                    help="QC pictures: without a value one PNG per case in OUT/preview/; with PNG, the first case there")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -125,7 +127,7 @@ def _add_synth(sub: argparse._SubParsersAction) -> None:
         options: dict = {}
         for key, value in (("size_xyz", args.size), ("spacing_xyz", args.spacing), ("fov_mm", args.fov),
                            ("slice_mm", args.slice), ("coverage", args.coverage), ("orientation", args.orientation),
-                           ("dtype", args.dtype), ("noise_hu", args.noise)):
+                           ("dtype", args.dtype), ("noise_hu", args.noise), ("abdomen_detail", args.abdomen_detail)):
             if value is not None:
                 options[key] = value
         if args.contrast is not None:

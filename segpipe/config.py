@@ -473,7 +473,7 @@ class PhantomCoverageConfig:
     """Relative weight of each body coverage in the generated training phantoms
     (``data.phantom_coverage``); a key left out keeps the generator's default weight (see
     :data:`segpipe.synthetic.COVERAGE_WEIGHTS`: chest 0.55, chest_abdomen 0.17, neck_pelvis
-    0.08, lung_bases 0.12, no_lungs 0.08), 0 leaves that coverage out. E.g.
+    0.08, lung_bases 0.12, no_lungs 0.08, abdomen_bases 0), 0 leaves that coverage out. E.g.
     ``lung_bases: 0.88`` makes half the phantoms abdominal scans through the lung bases."""
 
     chest: float | None = None
@@ -481,6 +481,7 @@ class PhantomCoverageConfig:
     neck_pelvis: float | None = None
     lung_bases: float | None = None
     no_lungs: float | None = None
+    abdomen_bases: float | None = None
 
     def __post_init__(self) -> None:
         for name, v in _given(self).items():
@@ -509,6 +510,7 @@ class DataConfig:
     phantom_size_xyz: tuple[int, int, int] = (160, 160, 120)
     phantom_pathology: PhantomPathologyConfig = field(default_factory=PhantomPathologyConfig)
     phantom_coverage: PhantomCoverageConfig = field(default_factory=PhantomCoverageConfig)
+    phantom_abdomen_detail: float = 0.0
     val_fraction: float = 0.2
     num_workers: int = 2
     margin_mm: float = 12.0
@@ -518,6 +520,8 @@ class DataConfig:
             raise ConfigError("data: expected extra_phantoms, num_workers and margin_mm >= 0")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction: expected 0 <= fraction < 1, got {self.val_fraction}")
+        if not 0.0 <= self.phantom_abdomen_detail <= 1.0:
+            raise ConfigError(f"data.phantom_abdomen_detail: expected a probability in [0, 1], got {self.phantom_abdomen_detail}")
 
 
 @dataclass(frozen=True)

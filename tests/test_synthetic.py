@@ -73,7 +73,7 @@ def test_coverage_weights() -> None:
     for i, s in enumerate(draws[:50]):
         assert s.replace(coverage="chest") == sample_spec(i).replace(coverage="chest")
     assert coverage_probabilities() == pytest.approx(list(COVERAGE_WEIGHTS.values()))
-    assert coverage_probabilities({"chest": 0, "chest_abdomen": 0, "neck_pelvis": 0, "no_lungs": 0}) == [0, 0, 0, 1, 0]
+    assert coverage_probabilities({"chest": 0, "chest_abdomen": 0, "neck_pelvis": 0, "no_lungs": 0}) == [0, 0, 0, 1, 0, 0]
     with pytest.raises(ConfigError, match="expected keys among"):
         sample_spec(1, coverage_weights={"head": 1.0})
     with pytest.raises(ConfigError, match="expected a number >= 0"):
@@ -131,6 +131,47 @@ def test_no_lungs_and_lung_bases() -> None:
     n_bases = int((sitk.GetArrayViewFromImage(bases.label) > 0).sum() * np.prod(bases.label.GetSpacing()))
     n_chest = int((sitk.GetArrayViewFromImage(chest.label) > 0).sum() * np.prod(chest.label.GetSpacing()))
     assert 0 < n_bases < 0.5 * n_chest
+
+
+def test_abdomen_bases_cuts_the_lowest_lung() -> None:
+    """An abdominal scan whose top edge cuts the lowest lung: some lung, all of it in the top
+    of the scan, far less than a lung-bases scan of the same body."""
+    vols, tops = [], []
+    for seed in range(4):
+        ph = make_phantom(PhantomSpec(seed=seed, size_xyz=(64, 64, 48), coverage="abdomen_bases"))
+        lab = sitk.GetArrayFromImage(sitk.DICOMOrient(ph.label, "LPS"))  # z from feet to head
+        bases = make_phantom(PhantomSpec(seed=seed, size_xyz=(64, 64, 48), coverage="lung_bases"))
+        vols.append(((lab > 0).sum() * np.prod(ph.label.GetSpacing()) / 1000,
+                     (sitk.GetArrayViewFromImage(bases.label) > 0).sum() * np.prod(bases.label.GetSpacing()) / 1000))
+        z = np.nonzero((lab > 0).any(axis=(1, 2)))[0]
+        tops.append(z.min() / lab.shape[0] if len(z) else 1.0)
+    assert all(v < 0.6 * b for v, b in vols), vols
+    assert sum(v > 0 for v, _ in vols) >= 3, vols
+    assert min(tops) > 0.4, tops  # the lung is in the scan's upper part, the abdomen below it
+
+
+def test_abdomen_detail_changes_the_gut_not_the_lungs() -> None:
+    """``abdomen_detail`` adds gut and table detail from its own stream: the lungs and the
+    plain phantom's other draws stay, and more of the abdomen is bowel gas and bowel."""
+    spec = PhantomSpec(seed=3, size_xyz=(80, 80, 48), coverage="no_lungs")
+    plain = make_phantom(spec, tissue_map=True)
+    detail = make_phantom(spec.replace(abdomen_detail=1.0), tissue_map=True)
+    assert np.array_equal(sitk.GetArrayViewFromImage(plain.label), sitk.GetArrayViewFromImage(detail.label))
+    t0, t1 = sitk.GetArrayViewFromImage(plain.tissue), sitk.GetArrayViewFromImage(detail.tissue)
+    assert (t0 != t1).mean() > 0.01
+    assert (t1 == TISSUES["bowel"]).sum() > (t0 == TISSUES["bowel"]).sum()
+    chest = PhantomSpec(seed=3, size_xyz=(48, 44, 32))
+    a, b = make_phantom(chest), make_phantom(chest.replace(abdomen_detail=1.0))
+    assert np.array_equal(sitk.GetArrayViewFromImage(a.label), sitk.GetArrayViewFromImage(b.label))
+    with pytest.raises(ConfigError, match="abdomen_detail"):
+        PhantomSpec(abdomen_detail=1.5)
+
+
+def test_new_coverage_keeps_default_draws() -> None:
+    """``abdomen_bases`` has default weight 0: a default draw never gives it."""
+    assert COVERAGE_WEIGHTS["abdomen_bases"] == 0
+    assert all(sample_spec(i).coverage != "abdomen_bases" for i in range(200))
+    assert sum(sample_spec(i, coverage_weights={"abdomen_bases": 1.0}).coverage == "abdomen_bases" for i in range(200)) > 50
 
 
 def test_padding_outside_field_of_view() -> None:
@@ -201,7 +242,7 @@ def test_label_semantics(rich) -> None:
 def test_cli_writes_decathlon_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "phantoms"
     code = main(["synth", "--out", str(out), "--n", "2", "--seed", "3", "--size", "40,36,24", "--coverage", "chest",
-                 "--orientation", "ras", "--pathology", "nodules,effusion", "--preview", "--quiet"])
+                 "--orientation", "ras", "--pathology", "nodules,effusion", "--abdomen-detail", "1", "--preview", "--quiet"])
     assert code == 0
     assert "wrote 2 case(s)" in capsys.readouterr().out
     meta = json.loads((out / "dataset.json").read_text())
@@ -219,7 +260,7 @@ def test_cli_writes_decathlon_layout(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert all("nodules" in c and "effusion" in c for c in cases)
     # case i depends on (seed, i) only
     main(["synth", "--out", str(tmp_path / "one"), "--n", "1", "--seed", "3", "--size", "40,36,24", "--coverage", "chest",
-          "--orientation", "ras", "--pathology", "nodules,effusion", "--quiet"])
+          "--orientation", "ras", "--pathology", "nodules,effusion", "--abdomen-detail", "1", "--quiet"])
     a = sitk.GetArrayFromImage(sitk.ReadImage(str(out / "imagesTr" / "phantom_000.nii.gz")))
     b = sitk.GetArrayFromImage(sitk.ReadImage(str(tmp_path / "one" / "imagesTr" / "phantom_000.nii.gz")))
     assert np.array_equal(a, b)
@@ -235,6 +276,7 @@ def test_cli_writes_decathlon_layout(tmp_path: Path, capsys: pytest.CaptureFixtu
         ["--pathology", "warts"],
         ["--noise", "900"],
         ["--orientation", "XYZ"],
+        ["--abdomen-detail", "2"],
     ],
 )
 def test_cli_bad_options_one_line_exit_2(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

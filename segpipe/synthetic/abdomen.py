@@ -36,6 +36,7 @@ def build_abdomen(b: Body) -> None:
         b.add("colon_gas" if gas else "stool", Intersect(inner, cav, below(-7)),
               -1000.0 if gas else stool, "bowel_gas" if gas else "bowel")
     b.gas_points = [path[k] for k in range(39) if gas_runs[k]]
+    b.colon = (path, rad, gas_runs, stool)
     # small-bowel gas pockets
     for _ in range(int(rng.integers(2, 14))):
         cp = np.array([rng.uniform(-80, 80) * S, rng.uniform(-70, 10) * S,

@@ -67,10 +67,12 @@ class Body:
     Args:
         spec: The phantom spec (patient scale, fat, breathing, arms, contrast...).
         rng: Generator; consumed in a fixed order so phantoms are reproducible.
+        detail: Generator of the detailed abdomen and table (``spec.abdomen_detail``), or None for
+            the plain ones; its own stream, so the rest of the phantom is the same either way.
     """
 
-    def __init__(self, spec: PhantomSpec, rng: np.random.Generator):
-        self.spec, self.rng = spec, rng
+    def __init__(self, spec: PhantomSpec, rng: np.random.Generator, detail: np.random.Generator | None = None):
+        self.spec, self.rng, self.detail = spec, rng, detail
         S = self.S = spec.patient_scale
         B, self.F = spec.breathing, spec.fat
         j = lambda s: float(rng.normal(1.0, s))  # noqa: E731
@@ -293,6 +295,13 @@ class Body:
         half_w = float(rng.uniform(200, 240))
         radius = float(rng.uniform(350, 900))
         depth = float(rng.uniform(30, 55))
+        gap = 0.0
+        d = self.detail
+        if d is not None:  # flat tables too, narrower or wider, an air gap under the pad
+            half_w = float(d.uniform(170, 270))
+            radius = float(d.uniform(3000, 20000)) if d.random() < 0.45 else float(d.uniform(300, 900))
+            gap = float(d.uniform(2, 25)) if has_pad and d.random() < 0.5 else 0.0
+            y_top += gap
 
         def arc(y0: float, thick: float) -> Implicit:
             def fn(g: Grid) -> tuple[np.ndarray, float]:
@@ -319,8 +328,13 @@ class Body:
             a_, ba, bp, yc = self.body_profile()
             pad = self.section((a_, ba, bp, yc), self.L["bottom"] - 20, self.L["neck_top"] + 30, grow=t_pad)
             under = HalfSpace((0, self.table_y() - 15 * S, 0), (0, -1, 0))
-            above = HalfSpace((0, y_top, 0), (0, 1, 0))
+            above = HalfSpace((0, y_top - gap, 0), (0, 1, 0))
             self.add("mattress", Intersect(pad, under, above), float(rng.uniform(-900, -750)), "table")
+        if d is not None and d.random() < 0.4:  # side rails: dense bars along the table's edges
+            rail = np.array([d.uniform(6, 14), d.uniform(8, 20), INF])
+            y_rail = y_top + depth / 2 + float(d.uniform(-10, 10))
+            for sx in (-1, 1):
+                self.add("table_rail", Ellipsoid((sx * (half_w + rail[0] / 2), y_rail, 0.0), rail), float(d.uniform(200, 1200)), "table")
 
     def _arms(self, lo, hi) -> None:
         L, S, rng = self.L, self.S, self.rng

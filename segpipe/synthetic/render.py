@@ -21,6 +21,7 @@ from scipy import ndimage
 from segpipe.errors import ConfigError
 from segpipe.synthetic.abdomen import build_abdomen
 from segpipe.synthetic.anatomy import Body
+from segpipe.synthetic.gut import build_gut_detail
 from segpipe.synthetic.lungs import build_lungs
 from segpipe.synthetic.shapes import F32, TISSUES, Grid, Item
 from segpipe.synthetic.skeleton import build_skeleton
@@ -51,15 +52,19 @@ class Phantom:
 
 
 def _streams(seed: int) -> list[np.random.Generator]:
-    return [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(4)]
+    """Independent generators: body, pathology, grid, noise, abdomen detail (a child's stream does
+    not depend on how many are spawned, so adding one keeps the others' phantoms)."""
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(5)]
 
 
 def build(spec: PhantomSpec) -> tuple[Body, list[Item], Any]:
     """Anatomy of ``spec``: the body and the ordered paint items (independent of the grid)."""
-    r_body, r_path, _, _ = _streams(spec.seed)
-    body = Body(spec, r_body)
+    r_body, r_path, _, _, r_detail = _streams(spec.seed)
+    detailed = bool(r_detail.random() < spec.abdomen_detail)
+    body = Body(spec, r_body, detail=r_detail if detailed else None)
     body.build_body()
     build_abdomen(body)
+    build_gut_detail(body)
     body.build_mediastinum()
     build_skeleton(body)
     parts = build_lungs(body, r_path)
@@ -75,8 +80,12 @@ def _coverage(body: Body, spec: PhantomSpec, rng: np.random.Generator) -> tuple[
         "neck_pelvis": (L["pubis"] - u(20, 50) * S, L["apex"] + u(90, 130) * S),
         "lung_bases": (L["iliac"] - u(0, 60) * S, L["domeR"] + u(15, 70) * S),
         "no_lungs": (L["pubis"] - u(10, 50) * S, L["lung_min"] - u(15, 40) * S),
-    }[spec.coverage]
-    return z
+    }
+    # drawn after the others (and only for it) so that the other coverages' grids stay as they were;
+    # the top edge from just above the recesses' floor up to the right dome, mostly low
+    if spec.coverage == "abdomen_bases":
+        return L["iliac"] - u(0, 100) * S, L["lung_min"] + (8 + 85 * u(0, 1) ** 1.5) * S
+    return z[spec.coverage]
 
 
 def _grid(body: Body, spec: PhantomSpec, rng: np.random.Generator) -> tuple[Grid, np.ndarray]:
@@ -205,7 +214,7 @@ def make_phantom(spec: PhantomSpec | int, *, tissue_map: bool = False, **overrid
         spec = spec.replace(**overrides)
     t0 = time.perf_counter()
     body, items, parts = build(spec)
-    _, _, r_grid, r_noise = _streams(spec.seed)
+    _, _, r_grid, r_noise, _ = _streams(spec.seed)
     grid, offset = _grid(body, spec, r_grid)
     nx, ny, nz = len(grid.x), len(grid.y), len(grid.z)
     if nx * ny * nz > 1024**3:

@@ -14,14 +14,15 @@ from segpipe.errors import ConfigError
 __all__ = ["PhantomSpec", "sample_spec", "coverage_probabilities", "COVERAGES", "COVERAGE_WEIGHTS", "ORIENTATIONS", "DTYPES", "PADDING_VALUES", "PATHOLOGIES"]
 
 #: Body regions a scan can cover (z range), see :class:`PhantomSpec`.
-COVERAGES = ("chest", "chest_abdomen", "neck_pelvis", "lung_bases", "no_lungs")
+COVERAGES = ("chest", "chest_abdomen", "neck_pelvis", "lung_bases", "no_lungs", "abdomen_bases")
 #: Storage orientations drawn by :func:`sample_spec` (any valid 3-letter code is accepted).
 ORIENTATIONS = ("LPS", "RAS", "LAS", "LPI")
 DTYPES = ("int16", "float32")
 #: Values scanners write outside the reconstructed circle.
 PADDING_VALUES = (-1024, -2048, -3024)
 #: How often :func:`sample_spec` draws each coverage (mostly chest).
-COVERAGE_WEIGHTS = {"chest": 0.55, "chest_abdomen": 0.17, "neck_pelvis": 0.08, "lung_bases": 0.12, "no_lungs": 0.08}
+#: ``abdomen_bases`` is last with weight 0 so that a default draw is what it was before it existed.
+COVERAGE_WEIGHTS = {"chest": 0.55, "chest_abdomen": 0.17, "neck_pelvis": 0.08, "lung_bases": 0.12, "no_lungs": 0.08, "abdomen_bases": 0.0}
 #: Pathologies and the probability fields that control them.
 PATHOLOGIES = ("nodules", "consolidation", "ground_glass", "emphysema", "effusion", "collapse")
 
@@ -51,7 +52,9 @@ class PhantomSpec:
         slice_mm: Slice spacing used when neither size nor spacing is given.
         coverage: One of :data:`COVERAGES`: ``chest`` (apex to bases), ``chest_abdomen``
             (apex to iliac crest), ``neck_pelvis``, ``lung_bases`` (abdominal scan that cuts
-            through the lung bases) or ``no_lungs`` (abdomen and pelvis below the lungs).
+            through the lung bases), ``no_lungs`` (abdomen and pelvis below the lungs) or
+            ``abdomen_bases`` (an abdominal scan whose top edge cuts the lowest few cm of lung, down
+            to the costophrenic recesses alone).
         orientation: Storage orientation code (``LPS``, ``RAS``, ``LAS``, ``LPI`` = feet first...).
         dtype: ``int16`` or ``float32`` voxels.
         patient_scale: Overall size of the patient (1 = average adult).
@@ -64,6 +67,9 @@ class PhantomSpec:
         kernel: Reconstruction kernel sharpness 0 (smooth) .. 1 (sharp): shapes the noise texture.
         blur_mm: In-plane point-spread function (Gaussian sigma, mm).
         padding_value: Value outside the circular field of view, or None (no circle).
+        abdomen_detail: Probability that the phantom gets the detailed abdomen (drawn from
+            ``seed``): colon with haustral folds and gas bubbles in stool, small-bowel loops
+            with fluid, oral contrast or gas, flat or curved tables with an air gap under the pad.
         nodules, consolidation, ground_glass, emphysema, effusion, collapse: Probability of each
             pathology (drawn per phantom from ``seed``). ``collapse`` is one partially
             collapsed lung with pneumothorax or fluid around it.
@@ -87,6 +93,7 @@ class PhantomSpec:
     kernel: float = 0.4
     blur_mm: float = 0.5
     padding_value: int | None = None
+    abdomen_detail: float = 0.0
     nodules: float = 0.0
     consolidation: float = 0.0
     ground_glass: float = 0.0
@@ -135,7 +142,7 @@ class PhantomSpec:
             raise bad("blur_mm", "a blur in 0..5 mm")
         if self.padding_value is not None and self.padding_value not in PADDING_VALUES:
             raise bad("padding_value", "None or one of -1024, -2048, -3024")
-        for name in PATHOLOGIES:
+        for name in (*PATHOLOGIES, "abdomen_detail"):
             if not 0 <= getattr(self, name) <= 1:
                 raise bad(name, "a probability in 0..1")
 

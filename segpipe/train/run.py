@@ -88,6 +88,8 @@ def prepare_data(
         from segpipe import synthetic
 
         overrides: dict[str, Any] = dict(cfg.data.phantom_pathology.overrides())
+        if cfg.data.phantom_abdomen_detail:
+            overrides["abdomen_detail"] = cfg.data.phantom_abdomen_detail
         coverage = cfg.data.phantom_coverage.weights()
         tag = "".join(f"_{k}{v:g}" for k, v in sorted({**overrides, **coverage}.items()))
         if coverage:
