@@ -369,3 +369,14 @@ def test_lobar_consolidation_ends_on_a_fissure() -> None:
             assert side.min() < -20.0
         checked += 1
     assert "patchy" in lobes and lobes & {"lower", "upper", "middle"} and checked == 1
+
+
+def test_zero_length_capsule_is_a_ball() -> None:
+    """A capsule whose ends coincide (a smoothed path with a repeated knot) is a ball."""
+    from segpipe.synthetic.shapes import Capsule, Grid
+
+    ax = (np.arange(21, dtype=np.float32) - 10) * 1.0
+    g = Grid(ax, ax, ax, (1.0, 1.0, 1.0))
+    occ = np.broadcast_to(Capsule((0, 0, 0), (0, 0, 0), 5.0).occupancy(g), g.shape)
+    assert occ.sum() == pytest.approx(4 / 3 * np.pi * 125, rel=0.05)
+    assert occ[10, 10, 10] == 1 and occ[0, 0, 0] == 0

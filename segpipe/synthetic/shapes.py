@@ -182,10 +182,10 @@ class Capsule(Shape):
         qy = py - t * F32(d[1])
         qz = pz - t * F32(d[2])
         rho = qx * qx + qy * qy
-        rho += qz * qz
+        rho = rho + qz * qz  # not in place: a zero-length capsule's terms broadcast to the grid here
         np.sqrt(rho, out=rho)
         w = np.abs(qx) * F32(sx) + np.abs(qy) * F32(sy)
-        w += np.abs(qz) * F32(sz)
+        w = w + np.abs(qz) * F32(sz)
         inv = rho + F32(1e-6)
         np.divide(w, inv, out=w)
         np.maximum(w, F32(min(sx, sy, sz)), out=w)
