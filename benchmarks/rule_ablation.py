@@ -3,7 +3,7 @@
 Data sets: (a) the real scans in ../shared/data (COPDGene against its reference labels;
 LIDC-IDRI-0001 and the abdomen slab have none: the table gives the mL each rule changes, and
 for the abdomen slab the lung found, which should be none); (b) the field-of-view crops of
-``fov_bench.py`` (scored against the whole scan's mask); (c) held-out phantoms of
+``fov_consistency.py`` (scored against the whole scan's mask); (c) held-out phantoms of
 ``eval_model.py``; (d) the independent phantom family ``family_b.py`` (test-only anatomy).
 For each data set and rule: mean Dice per lung with the default rules and with that rule
 switched from its default (off where it is on, on where it is off), the largest gain of one
@@ -38,12 +38,12 @@ def _dice(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _cases(args: argparse.Namespace) -> dict[str, list[tuple[str, sitk.Image, sitk.Image | None]]]:
-    import fov_bench
+    import fov_consistency
 
     from segpipe import io, spatial
     from segpipe.synthetic import make_phantom
 
-    shared = fov_bench.SHARED
+    shared = fov_consistency.SHARED
     sets: dict[str, list[tuple[str, sitk.Image, sitk.Image | None]]] = {"real": [], "fov": [], "held_out": [], "family_b": []}
     if (shared / "copdgene-10002K-64").is_dir():
         sets["real"].append(("COPDGene", io.read_image(shared / "copdgene-10002K-64/ct.nii.gz"),
@@ -55,19 +55,19 @@ def _cases(args: argparse.Namespace) -> dict[str, list[tuple[str, sitk.Image, si
     from segpipe import LungSegmenter
 
     seg = LungSegmenter.from_file(args.model) if args.model else LungSegmenter.default()
-    for name, image, ref in fov_bench.cases(0, 0):
+    for name, image, ref in fov_consistency.cases(0, 0):
         canonical, _ = spatial.to_canonical(image)
         ref_c = spatial.to_canonical(ref if ref is not None else seg.predict(canonical))[0]
         ref_a = sitk.GetArrayFromImage(ref_c)
-        for crop in fov_bench.CROPS:
-            sl = fov_bench._crop_slices(ref_a > 0, canonical.GetSpacing(), crop)
-            img = fov_bench._crop(canonical, sl)
-            ref_crop = fov_bench._crop(ref_c, sl)
+        for crop in fov_consistency.CROPS:
+            sl = fov_consistency._crop_slices(ref_a > 0, canonical.GetSpacing(), crop)
+            img = fov_consistency._crop(canonical, sl)
+            ref_crop = fov_consistency._crop(ref_c, sl)
             if crop.endswith("circle"):
                 ref_a_crop = sitk.GetArrayFromImage(ref_crop)
-                ref_a_crop[:, fov_bench.outside_circle(img)] = 0
+                ref_a_crop[:, fov_consistency.outside_circle(img)] = 0
                 ref_crop = spatial.copy_geometry(ref_a_crop, ref_crop)
-                img = fov_bench._circle(img)
+                img = fov_consistency._circle(img)
             sets["fov"].append((f"{name}:{crop}", img, ref_crop))
     if args.held_out:
         from eval_model import held_out_specs
