@@ -217,3 +217,29 @@ def test_copdgene_reference_mask_shows_emphysema() -> None:
         assert whole.laa950_pct > 10, side
         assert whole.pd15_hu < -930, side
         assert -950 < whole.mld_hu < -800, side
+
+
+# ----------------------------------------------------------------------------- in the inference report
+@pytest.mark.parametrize("orientation", ["oblique"])
+def test_prediction_density_is_that_of_the_input_scan_and_the_output_mask(
+    orientation: str, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The segmenter measures on its canonical copy of the scan; the figures are those of the
+    input as given, with the mask it returns (and the HU offset applied)."""
+    from segpipe import infer, spatial, synthetic
+    from tests.conftest import oblique_permuted
+    from tests.test_infer import _force_boxes, _save_tiny_model
+
+    _force_boxes(monkeypatch)
+    scan = synthetic.make_phantom(synthetic.PhantomSpec(seed=2, size_xyz=(64, 64, 40), coverage="chest")).image
+    image = oblique_permuted(scan) if orientation == "oblique" else spatial.reorient(scan, orientation)
+    shifted = sitk.Cast(image, sitk.sitkInt16) + 1024
+    seg = infer.LungSegmenter.from_file(_save_tiny_model(tmp_path_factory.mktemp("m") / "model.pt"), device="cpu")
+    result = seg.predict_with_report(shifted, hu_offset=-1024)
+    assert result.density is not None and result.density.both.whole.volume_ml > 0
+    expected = image_density(shifted, result.label, hu_offset=-1024)
+    for key, value in expected.row().items():
+        assert result.density.row()[key] == pytest.approx(value, rel=1e-6, abs=1e-6), key
+    report = json.loads(json.dumps(result.report, allow_nan=False))
+    assert report["density"] == expected.to_dict()
+    assert report["density"]["right"]["volume_ml"] == pytest.approx(report["volumes_ml"]["right"], abs=0.01)

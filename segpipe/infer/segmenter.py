@@ -31,6 +31,7 @@ import SimpleITK as sitk
 
 from segpipe import spatial
 from segpipe._version import __version__
+from segpipe.density import DensityReport, lung_density
 from segpipe.errors import ConfigError, ModelError
 from segpipe.infer.assemble import Canvas, scan_context
 from segpipe.infer.batch import Job, segment_job
@@ -47,10 +48,12 @@ __all__ = ["LungSegmenter", "Prediction"]
 
 @dataclass
 class Prediction:
-    """A label map with the input's geometry and the run's report (JSON-able dict)."""
+    """A label map with the input's geometry, the run's report (JSON-able dict) and the lungs'
+    density measures (:class:`segpipe.density.DensityReport`, also in ``report["density"]``)."""
 
     label: sitk.Image
     report: dict[str, Any] = field(default_factory=dict)
+    density: DensityReport | None = None
 
 
 class LungSegmenter:
@@ -164,13 +167,19 @@ class LungSegmenter:
         del canonical
         results, fallbacks = self._segment_regions(regions, source, scan, coarse, canvas) if canvas.array.size else ([], [])
         clock.lap("fine_s")
-        _, scan_reports = run_rules("scan", canvas.array, scan_context(canvas, source, coarse), s.rules)
-        del source
+        _, scan_reports = run_rules("scan", canvas.array, scan_context(canvas, source, coarse, keep_scan=True), s.rules)
+        clock.lap("postprocess_s")
+        # the final mask over the scan's own (canonical: only permuted) voxels, offset included
+        hu = source.hu_over(canvas.offset, canvas.array.shape) if canvas.array.size else np.zeros((0, 0, 0), np.int16)
+        density = lung_density(hu, canvas.array, scan.geometry_c.spacing, scan.geometry_c.direction)
+        del hu, source
+        clock.lap("density_s")
         volumes = canvas.volumes_ml(spatial.voxel_volume_ml(scan.geometry))
         label = canvas.to_label(scan)
         clock.lap("postprocess_s")
         report = self._report(image, scan, coarse, results or regions, scan_reports, volumes, warnings, clock)
-        return Prediction(label, {**report, "hu_offset": hu_offset, "fallbacks": fallbacks, "warnings": warnings})
+        report = {**report, "density": density.to_dict(), "hu_offset": hu_offset, "fallbacks": fallbacks, "warnings": warnings}
+        return Prediction(label, report, density)
 
     def _segment_regions(self, regions: tuple[Region, ...], source: ScanSource, scan: Scan, coarse: CoarseResult,
                          canvas: Canvas) -> tuple[list[RegionResult], list[str]]:
@@ -272,7 +281,7 @@ class _Clock:
 
     def lap(self, name: str) -> None:
         now = time.perf_counter()
-        self.laps[name] = now - self.last
+        self.laps[name] = self.laps.get(name, 0.0) + now - self.last  # a step timed in parts adds up
         self.last = now
 
     def timings(self) -> dict[str, float]:
