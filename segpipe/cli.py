@@ -441,6 +441,8 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
                    help="smallest lung (mL the coarse stage is sure of) that counts as found, a fifth of it for a lung "
                         "the scan's edge cuts; smaller finds are taken for bowel gas (default 50)")
     _add_rule_arguments(p)
+    p.add_argument("--qc-density", action="store_true",
+                   help="QC picture with the lungs' LAA-950 voxels (below -950 HU) painted green (implies --qc)")
 
     def run(args: argparse.Namespace) -> int:
         from segpipe import infer
@@ -449,7 +451,7 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
         seg = _segmenter(args)
         results = infer.run_jobs(
             seg, jobs, overwrite=args.overwrite, qc=args.qc, hu_offset=args.hu_offset,
-            series_uid=args.series, progress=not args.quiet,
+            series_uid=args.series, progress=not args.quiet, qc_density=args.qc_density,
         )
         for r in results:
             print(r)

@@ -234,7 +234,8 @@ def test_prediction_density_is_that_of_the_input_scan_and_the_output_mask(
     scan = synthetic.make_phantom(synthetic.PhantomSpec(seed=2, size_xyz=(64, 64, 40), coverage="chest")).image
     image = oblique_permuted(scan) if orientation == "oblique" else spatial.reorient(scan, orientation)
     shifted = sitk.Cast(image, sitk.sitkInt16) + 1024
-    seg = infer.LungSegmenter.from_file(_save_tiny_model(tmp_path_factory.mktemp("m") / "model.pt"), device="cpu")
+    model = _save_tiny_model(tmp_path_factory.mktemp("m") / "model.pt")
+    seg = infer.LungSegmenter.from_file(model, device="cpu")
     result = seg.predict_with_report(shifted, hu_offset=-1024)
     assert result.density is not None and result.density.both.whole.volume_ml > 0
     expected = image_density(shifted, result.label, hu_offset=-1024)
@@ -243,3 +244,14 @@ def test_prediction_density_is_that_of_the_input_scan_and_the_output_mask(
     report = json.loads(json.dumps(result.report, allow_nan=False))
     assert report["density"] == expected.to_dict()
     assert report["density"]["right"]["volume_ml"] == pytest.approx(report["volumes_ml"]["right"], abs=0.01)
+
+    # the command line: the same figures in the JSON report, and the QC picture with the overlay
+    out = tmp_path_factory.mktemp("out")
+    src = io.write_image(shifted, out / "scan.nrrd")
+    from segpipe.cli import main
+
+    assert main(["infer", str(src), "-o", str(out), "--model", str(model), "--device", "cpu", "--hu-offset", "-1024",
+                 "--qc-density", "--quiet"]) == 0
+    written = json.loads((out / "scan_lungs.json").read_text())
+    assert written["density"]["both"]["volume_ml"] == pytest.approx(expected.both.whole.volume_ml, abs=0.01)
+    assert written["qc"] == str(out / "scan_lungs.png") and (out / "scan_lungs.png").stat().st_size > 1000

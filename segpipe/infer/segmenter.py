@@ -239,14 +239,15 @@ class LungSegmenter:
         }
 
     def predict_file(self, input: str | Path, output: str | Path, *, qc: bool = False, overwrite: bool = True,
-                     hu_offset: float = 0.0, series_uid: str | None = None) -> dict[str, Any]:
+                     hu_offset: float = 0.0, series_uid: str | None = None, qc_density: bool = False) -> dict[str, Any]:
         """Segment the scan at ``input`` (file or DICOM folder) and write the mask to
         ``output`` with the input's exact geometry, plus ``<output stem>.json`` (the report)
-        and, with ``qc``, ``<output stem>.png``. Returns the report."""
+        and, with ``qc``, ``<output stem>.png`` (``qc_density``: with the lungs' LAA-950
+        voxels painted; implies ``qc``). Returns the report."""
         from segpipe import io
 
         job = Job(Path(input), io.check_output_path(output, overwrite=overwrite))
-        return segment_job(self, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid)
+        return segment_job(self, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid, qc_density=qc_density)
 
 
 def _reach(scan: Scan, canvas: Canvas, regions: tuple[Region, ...]) -> tuple[np.ndarray, np.ndarray]:
