@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from segpipe._cli_stats import add_stats
 from segpipe._version import __version__
 from segpipe.errors import SegpipeError
 
@@ -642,7 +643,7 @@ def _add_rules(sub: argparse._SubParsersAction) -> None:
 
 _REGISTRARS = [
     _add_synth, _add_memory, _add_plan, _add_train, _add_infer, _add_rules, _add_baseline, _add_evaluate, _add_info,
-    _add_convert,
+    _add_convert, add_stats,
 ]
 
 

@@ -106,6 +106,7 @@ class LungSegmenter:
             rules = stored.updated(rules or {})
         self.header = header
         self.weights = weights
+        self.model_path: Path | None = None  # the model file, when loaded from one
         self.progress = progress
         self.settings = Settings(
             coarse=header.coarse.config(), fine=header.fine.config(), coarse_mm=tuple(header.spacing.coarse_mm),
@@ -125,7 +126,9 @@ class LungSegmenter:
         from segpipe.model import load_model
 
         header, weights = load_model(path)
-        return cls(header, weights, **kwargs)
+        segmenter = cls(header, weights, **kwargs)
+        segmenter.model_path = Path(path)
+        return segmenter
 
     @classmethod
     def default(cls, **kwargs: Any) -> LungSegmenter:
