@@ -255,3 +255,22 @@ def test_prediction_density_is_that_of_the_input_scan_and_the_output_mask(
     written = json.loads((out / "scan_lungs.json").read_text())
     assert written["density"]["both"]["volume_ml"] == pytest.approx(expected.both.whole.volume_ml, abs=0.01)
     assert written["qc"] == str(out / "scan_lungs.png") and (out / "scan_lungs.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_copdgene_segpipe_mask_gives_the_reference_masks_figures() -> None:
+    """The bundled model's mask of the COPDGene case gives LAA-950, PD15 and MLD within a little
+    of the reference mask's (4 mm voxels: the figures are smoothed, not clinical values)."""
+    if not (COPD / "ct.nii.gz").is_file():
+        pytest.skip(f"real scan not available: {COPD} is absent")
+    from segpipe import infer
+
+    image = io.read_image(COPD / "ct.nii.gz")
+    ref = image_density(image, io.read_image(COPD / "lungs.nii.gz"))
+    got = infer.LungSegmenter.default(device="cpu").predict_with_report(image).density
+    assert got is not None
+    for side in ("right", "left"):
+        a, b = getattr(got, side).whole, getattr(ref, side).whole
+        assert a.laa950_pct == pytest.approx(b.laa950_pct, abs=1.5), side
+        assert a.pd15_hu == pytest.approx(b.pd15_hu, abs=5), side
+        assert a.mld_hu == pytest.approx(b.mld_hu, abs=10), side
