@@ -106,8 +106,17 @@ def test_stats_segments_scans_without_masks(cohort, tmp_path: Path, monkeypatch:
     _force_boxes(monkeypatch)
     model = _save_tiny_model(tmp_path / "model.pt")
     seg = infer.LungSegmenter.from_file(model, device="cpu")
+    predictions = []
+    predict = seg.predict_with_report
+
+    def spy(*args: object, **kwargs: object) -> infer.Prediction:
+        predictions.append(predict(*args, **kwargs))  # type: ignore[arg-type]
+        return predictions[-1]
+
+    monkeypatch.setattr(seg, "predict_with_report", spy)
     rows = stats.collect_density([scans / "a.nii.gz"], segmenter=seg, progress=False)
-    expected = seg.predict_with_report(scans / "a.nii.gz").density
+    expected = predictions[0].density
+    assert expected == image_density(io.read_image(scans / "a.nii.gz"), predictions[0].label)
     assert len(rows) == 1 and rows[0]["mask"] == "segpipe" and rows[0]["model"] == str(model)
     assert expected is not None and rows[0]["both_volume_ml"] == pytest.approx(expected.both.whole.volume_ml)
     assert rows[0]["right_upper_laa950_pct"] == expected.right.upper.laa950_pct
