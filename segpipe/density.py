@@ -23,10 +23,12 @@ a scan's corners, -2048 or -3024) holds no measurement; inside the mask it count
 Values from -1500 up to -1024 HU are clipped to -1024 (noise around air, which a 12-bit CT
 scale cannot store below -1024), values above 3071 HU to 3071.
 
-Memory: the scan and the label are read through views; only the lungs' voxel values (the
-input's own type, int16 for most scans, else float32), their float32 cranio-caudal positions
-(until the zones are known) and one int8 zone code per lung voxel are copied, slab by slab;
-never a float64 copy of the scan.
+Memory and time: the scan and the label are read through views, slab by slab; only the lungs'
+voxel values (int16 for most scans, int32 for other integer types, else float32) and one int8
+zone code per lung voxel are copied, never a float64 copy of the scan. Scans in whole HU (any
+integer type, integer ``hu_offset``) are measured exactly from one histogram per lung and zone
+(1 HU bins; about 0.6 s and 125 MB for 35 M lung voxels of a 512 x 512 x 600 int16 scan);
+other scans from the values themselves (sorting for PD15: a few seconds).
 
 Example:
     >>> import numpy as np
@@ -247,6 +249,13 @@ def lung_density(
 
     values, zones, heights = _gather(hu, label, dz_per_index, half_voxel_mm)
     lungs = {}
+    if values["right"].dtype.kind in "iu" and float(hu_offset).is_integer():
+        # whole HU: one histogram per lung and zone holds every measure exactly
+        hists = {side: _histogram(values.pop(side), zones.pop(side), int(hu_offset)) for side in _LABELS}
+        for side in _LABELS:
+            lungs[side] = _lung_from_histogram(hists[side], voxel_ml, heights[side])
+        lungs["both"] = _lung_from_histogram(hists["right"] + hists["left"], voxel_ml, None)
+        return DensityReport(**lungs)
     cleaned = {}
     for side in ("right", "left"):
         v, keep = _clean(values.pop(side), hu_offset)
@@ -295,7 +304,10 @@ def _gather(hu: np.ndarray, label: np.ndarray, dz_per_index: np.ndarray, half_vo
     0 upper, 1 middle, 2 lower third of the lung's height) and the lung's height (mm; None when
     empty), read slab by slab over the lungs' bounding box in two passes: the lungs' extents
     along the patient's axis, then their values and zones."""
-    keep_type = hu.dtype if hu.dtype in (np.int16, np.int8, np.uint8, np.float32) else np.dtype(np.float32)
+    if hu.dtype in (np.int16, np.int8, np.uint8, np.float32):
+        keep_type = hu.dtype
+    else:  # uint16 (HU + 1024), int32...: exact in int32; float64: float32
+        keep_type = np.dtype(np.int32 if hu.dtype.kind in "iu" else np.float32)
     values = {s: np.zeros(0, keep_type) for s in _LABELS}
     zones = {s: np.zeros(0, np.int8) for s in _LABELS}
     heights: dict[str, float | None] = {s: None for s in _LABELS}
@@ -355,6 +367,61 @@ def _gather(hu: np.ndarray, label: np.ndarray, dz_per_index: np.ndarray, half_vo
             zones[side][at] = np.clip(third, 0, 2, out=third)
             filled[side] += n
     return values, zones, heights
+
+
+_BINS = int(CT_RANGE_HU[1] - CT_RANGE_HU[0]) + 2  # one per whole HU of the CT range, then one for no data
+_HIST_CHUNK = 1_000_000  # voxels per bincount call (its int64 index copy stays small)
+
+
+def _histogram(v: np.ndarray, zone: np.ndarray, hu_offset: int) -> np.ndarray:
+    """Counts of whole-HU values per zone: ``(3, _BINS)`` int64, row = zone, column = HU -
+    CT_RANGE_HU[0] (values clipped to the CT range), last column = no data (below
+    :data:`NO_DATA_BELOW_HU`)."""
+    hist = np.zeros(3 * _BINS, np.int64)
+    lo, hi = int(CT_RANGE_HU[0]), int(CT_RANGE_HU[1])
+    for start in range(0, v.size, _HIST_CHUNK):
+        chunk = v[start:start + _HIST_CHUNK].astype(np.int32) + np.int32(hu_offset)
+        nodata = chunk < NO_DATA_BELOW_HU
+        np.clip(chunk, lo, hi, out=chunk)
+        chunk -= np.int32(lo)
+        chunk[nodata] = _BINS - 1
+        chunk += zone[start:start + _HIST_CHUNK].astype(np.int32) * np.int32(_BINS)
+        hist += np.bincount(chunk, minlength=3 * _BINS)
+    return hist.reshape(3, _BINS)
+
+
+def _lung_from_histogram(hist: np.ndarray, voxel_ml: float, height: float | None) -> LungDensity:
+    """A lung's measures from its :func:`_histogram`."""
+    measured = hist[:, :-1]
+    regions = [_region_from_histogram(measured.sum(axis=0), int(hist.sum()), voxel_ml)]
+    regions += [_region_from_histogram(measured[z], int(hist[z].sum()), voxel_ml) for z in range(3)]
+    return LungDensity(*regions, height_mm=height, excluded_ml=int(hist[:, -1].sum()) * voxel_ml)
+
+
+def _region_from_histogram(counts: np.ndarray, n_mask: int, voxel_ml: float) -> RegionDensity:
+    """The measures of a region from its counts per whole HU (``counts[i]``: voxels of
+    CT_RANGE_HU[0] + i HU), as :func:`_region` computes them from the values."""
+    n = int(counts.sum())
+    if n == 0:
+        return RegionDensity(n_mask * voxel_ml, None, None, None, None, None)
+    hu = np.arange(counts.size, dtype=np.float64) + CT_RANGE_HU[0]
+    below = np.cumsum(counts)  # below[i]: voxels at or below hu[i]
+
+    def at_rank(r: int) -> float:  # the r-th smallest value (0-based)
+        return float(hu[int(np.searchsorted(below, r, side="right"))])
+
+    h = (n - 1) * PD_PERCENT / 100.0
+    lo = int(math.floor(h))
+    a, b, t = at_rank(lo), at_rank(min(lo + 1, n - 1)), h - lo
+    haa = (hu >= HAA_RANGE_HU[0]) & (hu <= HAA_RANGE_HU[1])
+    return RegionDensity(
+        volume_ml=n_mask * voxel_ml,
+        mld_hu=float(np.dot(counts, hu)) / n,
+        pd15_hu=a + (b - a) * t if t < 0.5 else b - (b - a) * (1.0 - t),
+        laa950_pct=100.0 * int(counts[hu < LAA950_HU].sum()) / n,
+        laa910_pct=100.0 * int(counts[hu < LAA910_HU].sum()) / n,
+        haa_pct=100.0 * int(counts[haa].sum()) / n,
+    )
 
 
 def _clean(v: np.ndarray, hu_offset: float) -> tuple[np.ndarray, np.ndarray | None]:
