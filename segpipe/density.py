@@ -26,9 +26,10 @@ scale cannot store below -1024), values above 3071 HU to 3071.
 Memory and time: the scan and the label are read through views, slab by slab; only the lungs'
 voxel values (int16 for most scans, int32 for other integer types, else float32) and one int8
 zone code per lung voxel are copied, never a float64 copy of the scan. Scans in whole HU (any
-integer type, integer ``hu_offset``) are measured exactly from one histogram per lung and zone
-(1 HU bins; about 0.6 s and 125 MB for 35 M lung voxels of a 512 x 512 x 600 int16 scan);
-other scans from the values themselves (sorting for PD15: a few seconds).
+integer type, or floats that are all whole numbers, and a whole ``hu_offset``) are measured
+exactly from one histogram per lung and zone (1 HU bins; about 0.6 s and 125 MB for 35 M lung
+voxels of a 512 x 512 x 600 int16 scan); other scans from the values themselves (sorting for
+PD15: a few seconds).
 
 Example:
     >>> import numpy as np
@@ -249,6 +250,8 @@ def lung_density(
 
     values, zones, heights = _gather(hu, label, dz_per_index, half_voxel_mm)
     lungs = {}
+    if values["right"].dtype.kind == "f" and all(_whole(v) for v in values.values()):
+        values = {side: v.astype(np.int32) for side, v in values.items()}  # a float scan of whole HU
     if values["right"].dtype.kind in "iu" and float(hu_offset).is_integer():
         # whole HU: one histogram per lung and zone holds every measure exactly
         hists = {side: _histogram(values.pop(side), zones.pop(side), int(hu_offset)) for side in _LABELS}
@@ -388,6 +391,15 @@ def _histogram(v: np.ndarray, zone: np.ndarray, hu_offset: int) -> np.ndarray:
         chunk += zone[start:start + _HIST_CHUNK].astype(np.int32) * np.int32(_BINS)
         hist += np.bincount(chunk, minlength=3 * _BINS)
     return hist.reshape(3, _BINS)
+
+
+def _whole(v: np.ndarray) -> bool:
+    """Whether the float values ``v`` are all whole numbers within the int32 range."""
+    for start in range(0, v.size, _HIST_CHUNK):
+        chunk = v[start:start + _HIST_CHUNK]
+        if not (np.all(np.abs(chunk) < 2**31 - 1) and np.array_equal(chunk, np.rint(chunk))):
+            return False
+    return True
 
 
 def _lung_from_histogram(hist: np.ndarray, voxel_ml: float, height: float | None) -> LungDensity:

@@ -158,10 +158,10 @@ def test_hu_offset_equals_the_shifted_scan() -> None:
     assert a == pytest.approx(b)
 
 
-@pytest.mark.parametrize("stored", [np.int16, np.uint16, np.int32])
-def test_whole_hu_scans_measured_from_histograms_equal_the_values(stored: type) -> None:
-    """Integer scans are measured from per-zone histograms; the same scan as float32 takes
-    the values themselves: the two agree on every measure, padding and clipping included."""
+@pytest.mark.parametrize("stored", [np.int16, np.uint16, np.int32, np.float32])
+def test_whole_hu_scans_measured_from_histograms_equal_the_values(stored: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scans in whole HU are measured from per-zone histograms; measured from the values
+    themselves (forced) the two agree on every measure, padding and clipping included."""
     rng = np.random.default_rng(5)
     hu = rng.normal(-820, 120, size=(14, 12, 10)).round().astype(np.int32)
     hu.ravel()[rng.choice(hu.size, 25, replace=False)] = -2048
@@ -170,6 +170,7 @@ def test_whole_hu_scans_measured_from_histograms_equal_the_values(stored: type) 
     lab[:3, :, 5:] = 0  # the left lung starts lower
     offset = 2048 if stored is np.uint16 else 0
     as_int = lung_density((hu + offset).astype(stored), lab, (0.7, 0.9, 1.5), LPI, hu_offset=-offset)
+    monkeypatch.setattr(density, "_whole", lambda v: False)
     as_float = lung_density(hu.astype(np.float32), lab, (0.7, 0.9, 1.5), LPI)
     assert as_int.right.excluded_ml > 0
     for key, value in as_float.row().items():
