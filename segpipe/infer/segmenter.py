@@ -155,8 +155,9 @@ class LungSegmenter:
 
     def predict_with_report(self, image: sitk.Image | str | Path | np.ndarray, *, spacing: tuple[float, float, float] | None = None,
                             hu_offset: float = 0.0, series_uid: str | None = None) -> Prediction:
-        """As :meth:`predict`, plus the report: volumes, boxes, regions, rules, timings, memory,
-        warnings."""
+        """As :meth:`predict`, plus the report (volumes, boxes, regions, rules, timings, memory,
+        warnings) and the lungs' density measures (:mod:`segpipe.density`, on the scan's own
+        voxels with the final mask)."""
         s, clock = self.settings, _Clock(self.settings.device)
         canonical, scan = read_scan(image, spacing=spacing, hu_offset=hu_offset, series_uid=series_uid)
         clock.lap("read_s")
