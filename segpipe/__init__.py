@@ -4,7 +4,7 @@ Public API (everything else lives in submodules)::
 
     import segpipe
     seg = segpipe.LungSegmenter.default()          # the bundled model (rules=... to switch rules)
-    result = seg.predict_with_report("scan.nii.gz")  # segpipe.Prediction: .label (uint8 image), .report
+    result = seg.predict_with_report("scan.nii.gz")  # segpipe.Prediction: .label (uint8 image), .report, .density
     image = segpipe.read_image("scan.nii.gz")      # SimpleITK image, HU, geometry kept
     segpipe.write_image(image, "copy.nii.gz")      # atomic write, exact geometry
 

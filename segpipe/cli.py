@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from segpipe._cli_stats import add_stats
 from segpipe._version import __version__
 from segpipe.errors import SegpipeError
 
@@ -443,6 +444,8 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
                    help="smallest lung (mL the coarse stage is sure of) that counts as found, a fifth of it for a lung "
                         "the scan's edge cuts; smaller finds are taken for bowel gas (default 50)")
     _add_rule_arguments(p)
+    p.add_argument("--qc-density", action="store_true",
+                   help="QC picture with the lungs' LAA-950 voxels (below -950 HU) painted green (implies --qc)")
 
     def run(args: argparse.Namespace) -> int:
         from segpipe import infer
@@ -451,7 +454,7 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
         seg = _segmenter(args)
         results = infer.run_jobs(
             seg, jobs, overwrite=args.overwrite, qc=args.qc, hu_offset=args.hu_offset,
-            series_uid=args.series, progress=not args.quiet,
+            series_uid=args.series, progress=not args.quiet, qc_density=args.qc_density,
         )
         for r in results:
             print(r)
@@ -642,7 +645,7 @@ def _add_rules(sub: argparse._SubParsersAction) -> None:
 
 _REGISTRARS = [
     _add_synth, _add_memory, _add_plan, _add_train, _add_infer, _add_rules, _add_baseline, _add_evaluate, _add_info,
-    _add_convert,
+    _add_convert, add_stats,
 ]
 
 

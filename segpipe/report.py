@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import SimpleITK as sitk
 
+from segpipe.density import LAA950_HU, image_density
 from segpipe.errors import GeometryError, InputError, OutputError
 
 __all__ = ["qc_picture", "training_curves"]
@@ -24,6 +25,8 @@ __all__ = ["qc_picture", "training_curves"]
 QC_WINDOW_HU = (-1350.0, 150.0)
 #: Outline colours of label 1 (right lung) and label 2 (left lung).
 QC_COLOURS = {1: "#ff5a36", 2: "#2fc7ff"}
+#: Colour (RGBA, 0..1) of the density overlay: lung voxels below -950 HU (LAA-950).
+QC_LAA_COLOUR = (0.25, 1.0, 0.25, 0.8)
 
 
 def qc_picture(
@@ -34,12 +37,16 @@ def qc_picture(
     *,
     window: tuple[float, float] = QC_WINDOW_HU,
     dpi: int = 110,
+    density_overlay: bool = False,
+    hu_offset: float = 0.0,
 ) -> Path:
     """Write a PNG with axial, coronal and sagittal slices through the lungs.
 
     The slices cross at the centre of the labelled lungs (or, without a label or with an empty
     one, at the centre of the air-filled region inside the body, else the volume centre). The
-    label is drawn as outlines: right lung (1) and left lung (2) in two colours.
+    label is drawn as outlines: right lung (1) and left lung (2) in two colours. With
+    ``density_overlay``, the lung's voxels below -950 HU (LAA-950, see :mod:`segpipe.density`)
+    are painted green and the title gives each lung's LAA-950 in %.
 
     Args:
         image: 3D CT image in HU, any storage orientation and spacing.
@@ -48,12 +55,15 @@ def qc_picture(
         title: Optional first title line; the size and spacing are always added.
         window: Display window (low, high) in HU.
         dpi: Resolution of the PNG.
+        density_overlay: paint the LAA-950 voxels of the lungs (needs ``label``).
+        hu_offset: added to the image's values (HU) before display and the overlay, as the
+            segmenter does (scans stored as HU + 1024: -1024).
 
     Returns:
         The written path.
 
     Raises:
-        InputError: ``image`` is not 3D.
+        InputError: ``image`` is not 3D, or ``density_overlay`` without a label.
         GeometryError: ``label`` is not on the image's grid.
         OutputError: the folder of ``path`` does not exist.
     """
@@ -64,6 +74,8 @@ def qc_picture(
         raise InputError(f"expected a 3D image, got {image.GetDimension()}D")
     if label is not None:
         _check_same_grid(image, label)
+    elif density_overlay:
+        raise InputError("the density overlay paints the lungs' LAA-950 voxels: it needs a lung label")
     out = Path(path)
     if not out.parent.is_dir():
         raise OutputError(f"expected an existing folder for the QC picture, got {str(out.parent)!r}")
@@ -95,10 +107,15 @@ def qc_picture(
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [w / h for w, h in zip(widths, heights)]})
     lo, hi = window
+    laa_below = LAA950_HU - hu_offset  # in the stored values
     for ax, (sl, extent, hmm, vmm, name, letters), lab2d in zip(axes, views, labels2d):
         origin = "upper" if letters == "RLAP" else "lower"
-        ax.imshow(np.asarray(sl, dtype=np.float32), cmap="gray", vmin=lo, vmax=hi, extent=extent,
+        ax.imshow(np.asarray(sl, dtype=np.float32), cmap="gray", vmin=lo - hu_offset, vmax=hi - hu_offset, extent=extent,
                   origin=origin, interpolation="nearest", aspect="equal")
+        if density_overlay and lab2d is not None:
+            paint = np.zeros((*np.shape(sl), 4), np.float32)
+            paint[(np.asarray(lab2d) > 0) & (np.asarray(sl) < laa_below)] = QC_LAA_COLOUR
+            ax.imshow(paint, extent=extent, origin=origin, interpolation="nearest", aspect="equal")
         if lab2d is not None:
             for value, colour in QC_COLOURS.items():
                 mask = np.asarray(lab2d) == value
@@ -120,8 +137,15 @@ def qc_picture(
     )
     if lab is not None:
         info += "   outline: right lung (1) red, left lung (2) blue"
-    fig.suptitle(info if title is None else f"{title}\n{info}", color="white", fontsize=8)
-    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.02, top=0.86 if title else 0.9, wspace=0.03)
+    if density_overlay:
+        d = image_density(image, label, hu_offset=hu_offset)  # type: ignore[arg-type]
+        laa = [getattr(d, side).whole.laa950_pct for side in ("right", "left")]
+        info += "\ngreen: LAA-950 (below -950 HU) in the lungs: " + ", ".join(
+            f"{side} {'-' if v is None else f'{v:.1f}%'}" for side, v in zip(("right", "left"), laa)
+        )
+    text = info if title is None else f"{title}\n{info}"
+    fig.suptitle(text, color="white", fontsize=8)
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.02, top=0.9 - 0.04 * text.count("\n"), wspace=0.03)
     _atomic_savefig(fig, out, dpi)
     return out
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import SimpleITK as sitk
 
-from segpipe.errors import GeometryError, OutputError
+from segpipe.errors import GeometryError, InputError, OutputError
 from segpipe.report import qc_picture
 from segpipe.synthetic import PhantomSpec, make_phantom
 
@@ -52,3 +52,31 @@ def test_qc_picture_errors(phantom, tmp_path: Path) -> None:
     with pytest.raises(OutputError, match="existing folder"):
         qc_picture(phantom.image, phantom.label, tmp_path / "missing" / "x.png")
     assert list(tmp_path.iterdir()) == []
+
+
+def _green_pixels(path: Path) -> int:
+    rgb = _pixels(path)[..., :3]
+    return int(np.count_nonzero((rgb[..., 1] > 0.8) & (rgb[..., 0] < 0.5) & (rgb[..., 2] < 0.5)))
+
+
+def test_qc_density_overlay_paints_the_lungs_laa950_voxels(phantom, tmp_path: Path) -> None:
+    """Lung voxels made -990 HU are painted green with the overlay, and nothing green is drawn
+    without it or where the lung is above -950 HU; a scan stored with +1024 and its offset
+    gives the same picture."""
+    arr = sitk.GetArrayFromImage(phantom.image).astype(np.int16)
+    lab = sitk.GetArrayViewFromImage(phantom.label)
+    arr[lab > 0] = np.maximum(arr[lab > 0], -900)
+    dense = sitk.GetImageFromArray(arr)
+    dense.CopyInformation(phantom.image)
+    arr[(lab > 0) & (np.arange(arr.shape[1])[None, :, None] > arr.shape[1] // 2)] = -990  # posterior half of the lungs
+    emphysema = sitk.GetImageFromArray(arr)
+    emphysema.CopyInformation(phantom.image)
+    assert _green_pixels(qc_picture(emphysema, phantom.label, tmp_path / "off.png")) == 0
+    assert _green_pixels(qc_picture(dense, phantom.label, tmp_path / "dense.png", density_overlay=True)) == 0
+    on = _green_pixels(qc_picture(emphysema, phantom.label, tmp_path / "on.png", density_overlay=True))
+    assert on > 200
+    stored = sitk.Cast(emphysema, sitk.sitkInt16) + 1024
+    shifted = _pixels(qc_picture(stored, phantom.label, tmp_path / "shifted.png", density_overlay=True, hu_offset=-1024))
+    np.testing.assert_array_equal(shifted, _pixels(tmp_path / "on.png"))
+    with pytest.raises(InputError, match="needs a lung label"):
+        qc_picture(emphysema, None, tmp_path / "x.png", density_overlay=True)

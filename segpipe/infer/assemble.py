@@ -99,10 +99,11 @@ class Canvas:
         return scan.geometry.apply(label_c)
 
 
-def scan_context(canvas: Canvas, source: ScanSource, coarse: CoarseResult) -> ScanContext:
+def scan_context(canvas: Canvas, source: ScanSource, coarse: CoarseResult, *, keep_scan: bool = False) -> ScanContext:
     """What the scan-grid rules read for ``canvas``: the scan's voxels over it (released when
-    no later rule reads them), and the coarse stage's body, airways and side boundary looked up
-    per slice (nearest coarse voxel)."""
+    no later rule reads them, unless ``keep_scan``: the density measures read them after the
+    rules), and the coarse stage's body, airways and side boundary looked up per slice
+    (nearest coarse voxel)."""
     spacing = tuple(float(v) for v in canvas.geometry.GetSpacing())
     kc, jc, ic = coarse.scan_lookup(spacing, canvas.offset, canvas.array.shape)
     boundary = coarse.side_boundary_on(spacing)
@@ -112,6 +113,8 @@ def scan_context(canvas: Canvas, source: ScanSource, coarse: CoarseResult) -> Sc
         return held[0].hu_over(canvas.offset, canvas.array.shape)
 
     def release() -> None:
+        if keep_scan:
+            return
         held.clear()
         source.release()
 

@@ -101,10 +101,12 @@ def run_jobs(
     hu_offset: float = 0.0,
     series_uid: str | None = None,
     progress: bool = True,
+    qc_density: bool = False,
 ) -> list[str]:
     """Segment each job's scan and write mask, report (and QC picture); one summary line per
     scan. Scans with an existing mask are skipped unless ``overwrite``. Outputs are written
-    atomically, the report last, so a mask never exists without being complete."""
+    atomically, the report last, so a mask never exists without being complete.
+    ``qc_density``: the QC picture with the lungs' LAA-950 voxels painted (implies ``qc``)."""
     lines = []
     if jobs:
         folder = jobs[0].mask.parent
@@ -121,7 +123,7 @@ def run_jobs(
         if job.mask.exists() and not overwrite:
             lines.append(f"skipped {job.input} ({job.mask} exists; --overwrite redoes it)")
             continue
-        report = segment_job(segmenter, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid)
+        report = segment_job(segmenter, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid, qc_density=qc_density)
         v = report["volumes_ml"]
         warn = f"; warnings: {'; '.join(report['warnings'])}" if report["warnings"] else ""
         lines.append(
@@ -132,14 +134,17 @@ def run_jobs(
 
 
 def segment_job(
-    segmenter: LungSegmenter, job: Job, *, qc: bool = False, hu_offset: float = 0.0, series_uid: str | None = None
+    segmenter: LungSegmenter, job: Job, *, qc: bool = False, hu_offset: float = 0.0, series_uid: str | None = None,
+    qc_density: bool = False,
 ) -> dict[str, Any]:
-    """Segment one scan and write its mask, JSON report (and QC picture); return the report.
-    Everything is written atomically, the report last."""
+    """Segment one scan and write its mask, JSON report (and QC picture, with the LAA-950
+    overlay when ``qc_density``, which implies ``qc``); return the report. Everything is
+    written atomically, the report last."""
     import json
 
     from segpipe.report import qc_picture
 
+    qc = qc or qc_density
     # without a QC picture the segmenter reads the scan itself, so it can free it before the
     # mask is built (lower peak memory on large scans)
     image: sitk.Image | Path = io.read_image(job.input, series_uid=series_uid) if qc else job.input
@@ -148,7 +153,7 @@ def segment_job(
     io.write_image(result.label, job.mask, compress=True)
     result.report["output"] = str(job.mask)
     if qc:
-        qc_picture(image, result.label, job.qc, title=f"{job.input.name}: segpipe lungs")
+        qc_picture(image, result.label, job.qc, title=f"{job.input.name}: segpipe lungs", density_overlay=qc_density, hu_offset=hu_offset)
         result.report["qc"] = str(job.qc)
     tmp = job.report.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result.report, indent=1))

@@ -31,6 +31,7 @@ import SimpleITK as sitk
 
 from segpipe import spatial
 from segpipe._version import __version__
+from segpipe.density import DensityReport, lung_density
 from segpipe.errors import ConfigError, ModelError
 from segpipe.infer.assemble import Canvas, scan_context
 from segpipe.infer.batch import Job, segment_job
@@ -47,10 +48,12 @@ __all__ = ["LungSegmenter", "Prediction"]
 
 @dataclass
 class Prediction:
-    """A label map with the input's geometry and the run's report (JSON-able dict)."""
+    """A label map with the input's geometry, the run's report (JSON-able dict) and the lungs'
+    density measures (:class:`segpipe.density.DensityReport`, also in ``report["density"]``)."""
 
     label: sitk.Image
     report: dict[str, Any] = field(default_factory=dict)
+    density: DensityReport | None = None
 
 
 class LungSegmenter:
@@ -103,6 +106,7 @@ class LungSegmenter:
             rules = stored.updated(rules or {})
         self.header = header
         self.weights = weights
+        self.model_path: Path | None = None  # the model file, when loaded from one
         self.progress = progress
         self.settings = Settings(
             coarse=header.coarse.config(), fine=header.fine.config(), coarse_mm=tuple(header.spacing.coarse_mm),
@@ -122,7 +126,9 @@ class LungSegmenter:
         from segpipe.model import load_model
 
         header, weights = load_model(path)
-        return cls(header, weights, **kwargs)
+        segmenter = cls(header, weights, **kwargs)
+        segmenter.model_path = Path(path)
+        return segmenter
 
     @classmethod
     def default(cls, **kwargs: Any) -> LungSegmenter:
@@ -149,8 +155,9 @@ class LungSegmenter:
 
     def predict_with_report(self, image: sitk.Image | str | Path | np.ndarray, *, spacing: tuple[float, float, float] | None = None,
                             hu_offset: float = 0.0, series_uid: str | None = None) -> Prediction:
-        """As :meth:`predict`, plus the report: volumes, boxes, regions, rules, timings, memory,
-        warnings."""
+        """As :meth:`predict`, plus the report (volumes, boxes, regions, rules, timings, memory,
+        warnings) and the lungs' density measures (:mod:`segpipe.density`, on the scan's own
+        voxels with the final mask)."""
         s, clock = self.settings, _Clock(self.settings.device)
         canonical, scan = read_scan(image, spacing=spacing, hu_offset=hu_offset, series_uid=series_uid)
         clock.lap("read_s")
@@ -164,13 +171,19 @@ class LungSegmenter:
         del canonical
         results, fallbacks = self._segment_regions(regions, source, scan, coarse, canvas) if canvas.array.size else ([], [])
         clock.lap("fine_s")
-        _, scan_reports = run_rules("scan", canvas.array, scan_context(canvas, source, coarse), s.rules)
-        del source
+        _, scan_reports = run_rules("scan", canvas.array, scan_context(canvas, source, coarse, keep_scan=True), s.rules)
+        clock.lap("postprocess_s")
+        # the final mask over the scan's own (canonical: only permuted) voxels, offset included
+        hu = source.hu_over(canvas.offset, canvas.array.shape) if canvas.array.size else np.zeros((0, 0, 0), np.int16)
+        density = lung_density(hu, canvas.array, scan.geometry_c.spacing, scan.geometry_c.direction)
+        del hu, source
+        clock.lap("density_s")
         volumes = canvas.volumes_ml(spatial.voxel_volume_ml(scan.geometry))
         label = canvas.to_label(scan)
         clock.lap("postprocess_s")
         report = self._report(image, scan, coarse, results or regions, scan_reports, volumes, warnings, clock)
-        return Prediction(label, {**report, "hu_offset": hu_offset, "fallbacks": fallbacks, "warnings": warnings})
+        report = {**report, "density": density.to_dict(), "hu_offset": hu_offset, "fallbacks": fallbacks, "warnings": warnings}
+        return Prediction(label, report, density)
 
     def _segment_regions(self, regions: tuple[Region, ...], source: ScanSource, scan: Scan, coarse: CoarseResult,
                          canvas: Canvas) -> tuple[list[RegionResult], list[str]]:
@@ -230,14 +243,15 @@ class LungSegmenter:
         }
 
     def predict_file(self, input: str | Path, output: str | Path, *, qc: bool = False, overwrite: bool = True,
-                     hu_offset: float = 0.0, series_uid: str | None = None) -> dict[str, Any]:
+                     hu_offset: float = 0.0, series_uid: str | None = None, qc_density: bool = False) -> dict[str, Any]:
         """Segment the scan at ``input`` (file or DICOM folder) and write the mask to
         ``output`` with the input's exact geometry, plus ``<output stem>.json`` (the report)
-        and, with ``qc``, ``<output stem>.png``. Returns the report."""
+        and, with ``qc``, ``<output stem>.png`` (``qc_density``: with the lungs' LAA-950
+        voxels painted; implies ``qc``). Returns the report."""
         from segpipe import io
 
         job = Job(Path(input), io.check_output_path(output, overwrite=overwrite))
-        return segment_job(self, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid)
+        return segment_job(self, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid, qc_density=qc_density)
 
 
 def _reach(scan: Scan, canvas: Canvas, regions: tuple[Region, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -272,7 +286,7 @@ class _Clock:
 
     def lap(self, name: str) -> None:
         now = time.perf_counter()
-        self.laps[name] = now - self.last
+        self.laps[name] = self.laps.get(name, 0.0) + now - self.last  # a step timed in parts adds up
         self.last = now
 
     def timings(self) -> dict[str, float]:
