@@ -103,6 +103,7 @@ class LungSegmenter:
             rules = stored.updated(rules or {})
         self.header = header
         self.weights = weights
+        self.model_name = "segpipe model"  # named in DICOM outputs; from_file sets the file's name
         self.progress = progress
         self.settings = Settings(
             coarse=header.coarse.config(), fine=header.fine.config(), coarse_mm=tuple(header.spacing.coarse_mm),
@@ -122,7 +123,9 @@ class LungSegmenter:
         from segpipe.model import load_model
 
         header, weights = load_model(path)
-        return cls(header, weights, **kwargs)
+        segmenter = cls(header, weights, **kwargs)
+        segmenter.model_name = Path(path).name
+        return segmenter
 
     @classmethod
     def default(cls, **kwargs: Any) -> LungSegmenter:
@@ -132,7 +135,9 @@ class LungSegmenter:
                 f"the bundled default model is missing ({DEFAULT_MODEL}); train one with "
                 "'segpipe train --out RUN' and pass --model RUN/model.pt"
             )
-        return cls.from_file(DEFAULT_MODEL, **kwargs)
+        segmenter = cls.from_file(DEFAULT_MODEL, **kwargs)
+        segmenter.model_name = f"segpipe default model ({DEFAULT_MODEL.name})"
+        return segmenter
 
     def predict(self, image: sitk.Image | str | Path | np.ndarray, **kwargs: Any) -> sitk.Image:
         """Segment the lungs: uint8 label image (0 background, 1 right, 2 left lung) with
@@ -230,13 +235,26 @@ class LungSegmenter:
         }
 
     def predict_file(self, input: str | Path, output: str | Path, *, qc: bool = False, overwrite: bool = True,
-                     hu_offset: float = 0.0, series_uid: str | None = None) -> dict[str, Any]:
+                     hu_offset: float = 0.0, series_uid: str | None = None,
+                     formats: str | tuple[str, ...] | list[str] | None = None) -> dict[str, Any]:
         """Segment the scan at ``input`` (file or DICOM folder) and write the mask to
         ``output`` with the input's exact geometry, plus ``<output stem>.json`` (the report)
-        and, with ``qc``, ``<output stem>.png``. Returns the report."""
-        from segpipe import io
+        and, with ``qc``, ``<output stem>.png``. Returns the report.
 
-        job = Job(Path(input), io.check_output_path(output, overwrite=overwrite))
+        ``formats`` (default ``"nifti"``): any of ``"nifti"``, ``"dicom-seg"``, ``"rtstruct"``
+        (a comma list or a sequence); the DICOM ones need a DICOM folder as ``input`` and are
+        written as ``<output stem>_seg.dcm`` and ``<output stem>_rtstruct.dcm`` (``output``
+        still names the NIfTI mask and the stem of the others). The report's ``outputs`` lists
+        the files written."""
+        from segpipe import io
+        from segpipe.io import dicom_out
+
+        wanted = dicom_out.parse_formats(formats)
+        dicom_out.require_dicom_packages(wanted)
+        dicom_out.check_dicom_input(input, wanted)
+        job = Job(Path(input), io.check_output_path(output, overwrite=overwrite), wanted)
+        for path in job.outputs.values():
+            io.check_output_path(path, overwrite=overwrite, image=False)
         return segment_job(self, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid)
 
 

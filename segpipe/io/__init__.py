@@ -16,6 +16,7 @@ import os  # noqa: F401  (tests patch io.os.access)
 
 import SimpleITK as sitk  # noqa: F401  (tests patch io.sitk.WriteImage)
 
+from segpipe.io.dicom_out import DICOM_FORMATS, OUTPUT_FORMATS, write_dicom_seg, write_rtstruct
 from segpipe.io.image import (
     IMAGE_SUFFIXES,
     check_hu,
@@ -23,6 +24,7 @@ from segpipe.io.image import (
     image_suffix,
     is_image_path,
     list_dicom_series,
+    pick_dicom_series,
     read_image,
     strip_suffix,
     validate_image,
@@ -45,7 +47,12 @@ __all__ = [
     "image_suffix",
     "strip_suffix",
     "list_dicom_series",
+    "pick_dicom_series",
     "validate_image",
     "is_image_path",
     "check_hu",
+    "OUTPUT_FORMATS",
+    "DICOM_FORMATS",
+    "write_dicom_seg",
+    "write_rtstruct",
 ]
