@@ -103,7 +103,7 @@ SERIES = {  # name -> writer options: file order and slice direction
 @pytest.fixture(scope="module", params=sorted(SERIES))
 def series(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], sitk.Image]:
     folder = tmp_path_factory.mktemp("series") / "dicom"
-    uids = write_series(folder, lung_phantom(), (4.0, 4.0, 5.0), (-160.0, -170.0, -90.0), **SERIES[request.param])
+    uids = write_series(folder, lung_phantom(), (3.91, 3.91, 5.03), (-160.35, -170.71, -90.13), **SERIES[request.param])
     return folder, uids, mask_of(io.read_image(folder))
 
 
@@ -182,6 +182,8 @@ def test_rtstruct_round_trip_dice_and_references(series: tuple[Path, dict[str, s
             normal = np.cross(*np.reshape(np.asarray(src.ImageOrientationPatient, float), (2, 3)))
             points = np.reshape(np.asarray(contour.ContourData, float), (-1, 3))
             np.testing.assert_allclose(points @ normal, np.dot(src.ImagePositionPatient, normal), atol=0.01)
+    # decimal strings (DS) hold at most 16 characters (str() of a DS read from a file is its text)
+    assert max(len(str(v)) for roi in ds.ROIContourSequence for c in roi.ContourSequence for v in c.ContourData) <= 16
     # rasterised back by rt-utils (its slice order, each slice's own file): Dice per lung
     back = rt_utils.RTStructBuilder.create_from(str(folder), str(path))
     truth = np.stack([file_labels(sources[s.SOPInstanceUID]) for s in back.series_data], axis=-1)

@@ -340,6 +340,9 @@ def write_rtstruct(
     for roi in ds.ROIContourSequence:
         if "ContourSequence" in roi and not roi.ContourSequence:
             del roi.ContourSequence  # an empty lung: the ROI without contours (an empty sequence is invalid)
+        for contour in roi.get("ContourSequence", []):
+            # rt-utils writes float32 reprs ("73.69062805175781") longer than DS's 16 characters; 0.1 um is plenty
+            contour.ContourData = [f"{float(v):.4f}" for v in contour.ContourData]
     ds.Manufacturer, ds.ManufacturerModelName, ds.SoftwareVersions = "segpipe", model_name, __version__
     ds.InstitutionName = getattr(series[0], "InstitutionName", "")
     for keyword in ("ReferringPhysicianName", "AccessionNumber", "PositionReferenceIndicator"):  # type 2: copied or empty
