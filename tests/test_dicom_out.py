@@ -205,6 +205,16 @@ def test_rtstruct_keeps_an_empty_lung_as_an_roi_without_contours(tmp_path: Path)
         assert dciodvfy_errors(tmp_path / "rt.dcm") == []
 
 
+def test_seg_of_a_scan_without_lungs_keeps_empty_frames(tmp_path: Path) -> None:
+    hu = lung_phantom((10, 48, 48))
+    hu[hu < 0] = 40
+    write_series(tmp_path / "dcm", hu, (6.0, 6.0, 10.0), (-150.0, -150.0, -60.0))
+    mask = mask_of(io.read_image(tmp_path / "dcm"))
+    seg = hd.seg.segread(dicom_out.write_dicom_seg(mask, tmp_path / "dcm", tmp_path / "seg.dcm"))
+    assert seg.number_of_segments == 2 and int(seg.NumberOfFrames) == 2 * 10  # highdicom cannot omit every frame
+    assert not np.any(seg.pixel_array)
+
+
 # ----------------------------------------------------------------------------- errors
 def test_a_mask_off_the_series_grid_is_refused(series: tuple[Path, dict[str, str], sitk.Image], tmp_path: Path) -> None:
     folder, _, mask = series
@@ -280,6 +290,17 @@ def test_cli_dicom_format_on_nifti_input_fails_first(tmp_path: Path, capsys: pyt
         assert code == 2
         assert err.count("\n") == 1 and err.startswith("segpipe infer: error: --format") and "DICOM series folder" in err
         assert not (tmp_path / "out").exists()
+    # a series whose files lost their SOP Instance UIDs (over-anonymised) cannot be referenced
+    folder = tmp_path / "case7" / "dicom"
+    for f in folder.iterdir():
+        ds = pydicom.dcmread(f)
+        ds.SOPInstanceUID = ""
+        ds.save_as(f)
+    assert main(["infer", str(folder), "-o", str(tmp_path / "out"), "--format", "rtstruct"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "need SOPInstanceUID" in err and not (tmp_path / "out").exists()
+    assert main(["infer", str(folder), "-o", str(tmp_path / "out"), "--format", "nifti,nope"]) == 2
+    assert "unknown output format 'nope'" in capsys.readouterr().err
 
 
 def write_series_small(tmp_path: Path) -> Path:

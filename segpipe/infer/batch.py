@@ -143,8 +143,8 @@ def run_jobs(
         if not folder.exists():
             folder.mkdir(parents=True)
     for job in jobs:
-        for path in job.outputs.values():
-            io.check_output_path(path, overwrite=True, image=False)
+        for fmt, path in job.outputs.items():
+            io.check_output_path(path, overwrite=True, image=fmt == "nifti")
     iterator: Any = jobs
     if progress and len(jobs) > 1:
         from tqdm.auto import tqdm

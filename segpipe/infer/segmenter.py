@@ -253,8 +253,8 @@ class LungSegmenter:
         dicom_out.require_dicom_packages(wanted)
         dicom_out.check_dicom_input(input, wanted)
         job = Job(Path(input), io.check_output_path(output, overwrite=overwrite), wanted)
-        for path in job.outputs.values():
-            io.check_output_path(path, overwrite=overwrite, image=False)
+        for fmt, path in job.outputs.items():
+            io.check_output_path(path, overwrite=overwrite, image=fmt == "nifti")
         return segment_job(self, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid)
 
 

@@ -40,7 +40,7 @@ import SimpleITK as sitk
 
 from segpipe._version import __version__
 from segpipe.errors import DependencyError, GeometryError, InputError, OutputError, OutputFormatError
-from segpipe.io.image import check_output_path, pick_dicom_series
+from segpipe.io.image import check_output_path, list_dicom_series, pick_dicom_series
 
 __all__ = [
     "OUTPUT_FORMATS",
@@ -121,14 +121,29 @@ def require_dicom_packages(formats: Iterable[str]) -> None:
 
 
 def check_dicom_input(path: str | Path, formats: Iterable[str]) -> None:
-    """Raise :class:`OutputFormatError` when a DICOM format is asked for an input that is not a
-    folder holding a DICOM series."""
+    """Before any work: raise :class:`OutputFormatError` when a DICOM format is asked for an
+    input that is not a folder holding a DICOM series, and :class:`InputError` when the first
+    file of a series there lacks what the outputs reference (UIDs, position, orientation)."""
     wanted = [f for f in formats if f in DICOM_FORMATS]
     p = Path(path)
-    if wanted and not p.is_dir():
+    if not wanted:
+        return
+    if not p.is_dir():
         raise OutputFormatError(
             f"--format {wanted[0]} needs a DICOM series folder as input (it references the source slices), got the file {p}"
         )
+    import pydicom
+
+    for uid, files in list_dicom_series(p).items():
+        _check_header(pydicom.dcmread(files[0], stop_before_pixels=True), f"{Path(files[0]).name} (series {uid})")
+
+
+def _check_header(ds: Any, where: str) -> None:
+    """Raise :class:`InputError` unless a source file has every attribute the outputs reference."""
+    absent = [k for k in _REQUIRED if ds.get(k) in (None, "")]
+    if absent:
+        raise InputError(f"{where}: DICOM outputs reference the source files, which need {', '.join(absent)}; "
+                         "this one has none (an over-anonymised series?)")
 
 
 # ----------------------------------------------------------------------------- source series
@@ -150,9 +165,7 @@ def _source_slices(mask: sitk.Image, folder: str | Path, series_uid: str | None)
         if int(getattr(ds, "NumberOfFrames", 1) or 1) > 1:
             raise InputError(f"{name}: multi-frame (enhanced) DICOM is not supported for DICOM outputs")
         where = f"{Path(name).name} (series {uid})"
-        absent = [k for k in _REQUIRED if k not in ds]
-        if absent:
-            raise InputError(f"{where}: DICOM outputs need {', '.join(absent)} in the source files")
+        _check_header(ds, where)
         if (int(ds.Columns), int(ds.Rows)) != size[:2]:
             raise GeometryError(f"{where}: the slice is {ds.Columns}x{ds.Rows} pixels, the mask {size[0]}x{size[1]}")
         iop = np.asarray([float(v) for v in ds.ImageOrientationPatient])
@@ -278,7 +291,7 @@ def write_dicom_seg(
                 series_description="segpipe lungs (SEG)",
                 omit_empty_frames=bool(labels.any()),  # highdicom cannot omit every frame: a mask without lung keeps them
             )
-    except (ValueError, TypeError, AttributeError) as err:  # highdicom's checks of the source headers
+    except (ValueError, TypeError, AttributeError, KeyError) as err:  # highdicom's checks of the source headers
         raise InputError(f"cannot build a DICOM SEG on series {first.SeriesInstanceUID}: {err}") from err
     return _save_atomic(seg, p)
 
