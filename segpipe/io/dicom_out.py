@@ -48,6 +48,7 @@ __all__ = [
     "LUNG_SEGMENTS",
     "parse_formats",
     "require_dicom_packages",
+    "check_dicom_input",
     "write_dicom_seg",
     "write_rtstruct",
 ]
@@ -343,7 +344,9 @@ def write_rtstruct(
     order = np.argsort(position, kind="stable")
     series = [sources[k] for k in order]
     _check_regular(series, [position[k] for k in order])
-    structure = RTStruct(series, ds_helper.create_rtstruct_dataset(series))
+    with warnings.catch_warnings():  # rt-utils sets the transfer syntax the way pydicom 3 deprecates
+        warnings.filterwarnings("ignore", message=r".*FileDataset\.is_(little_endian|implicit_VR)", category=DeprecationWarning)
+        structure = RTStruct(series, ds_helper.create_rtstruct_dataset(series))
     for seg in LUNG_SEGMENTS:
         lung = labels[order] == seg.label  # (n_slices, rows, cols) in rt-utils' order
         with contextlib.redirect_stdout(_pyio.StringIO()):  # rt-utils prints a note for an empty ROI
