@@ -266,7 +266,7 @@ def test_a_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
 class _FakeSegmenter:
     """Stands in for LungSegmenter: the phantom's own labels, no network."""
 
-    model_name = "fake.pt"
+    model_path = Path("fake.pt")
 
     def predict_with_report(self, image: Any, **kwargs: Any) -> Any:
         from segpipe.infer import Prediction
@@ -325,6 +325,10 @@ def test_cli_writes_every_format_asked_for(tmp_path: Path, capsys: pytest.Captur
     assert {"dicom_seg_s", "rtstruct_s"} <= set(report["timings_s"])
     seg = hd.seg.segread(out / "case7_lungs_seg.dcm")
     assert seg.ManufacturerModelName == "fake.pt"
+    from segpipe.infer.batch import _model_name
+    from segpipe.model import DEFAULT_MODEL
+
+    assert (_model_name(DEFAULT_MODEL), _model_name(None)) == ("segpipe default model (default.pt)", "segpipe model")
     # a second run skips the scan; the DICOM formats alone do not write the NIfTI mask
     assert main(["infer", str(folder), "-o", str(out), "--format", "dicom-seg,rtstruct"]) == 0
     assert "skipped" in capsys.readouterr().out
@@ -343,7 +347,7 @@ def test_folder_of_series_and_predict_file(tmp_path: Path) -> None:
     infer.run_jobs(_FakeSegmenter(), jobs, progress=False)  # type: ignore[arg-type]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a_lungs.json", "a_lungs_seg.dcm", "b_lungs.json", "b_lungs_seg.dcm"]
     seg = infer.LungSegmenter.__new__(infer.LungSegmenter)  # the API's predict_file with the fake's prediction
-    seg.model_name = "fake.pt"
+    seg.model_path = Path("fake.pt")
     seg.predict_with_report = _FakeSegmenter().predict_with_report  # type: ignore[method-assign]
     (tmp_path / "api").mkdir()
     report = seg.predict_file(tmp_path / "in" / "a", tmp_path / "api" / "lungs.nii.gz", formats=("nifti", "rtstruct"))

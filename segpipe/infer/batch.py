@@ -167,8 +167,8 @@ def run_jobs(
 def segment_job(
     segmenter: LungSegmenter, job: Job, *, qc: bool = False, hu_offset: float = 0.0, series_uid: str | None = None
 ) -> dict[str, Any]:
-    """Segment one scan and write its mask in each of the job's formats, JSON report (and QC
-    picture); return the report. Everything is written atomically, the report last."""
+    """Segment one scan and write its mask, JSON report (and QC picture); return the report.
+    Everything is written atomically, the report last."""
     import json
 
     from segpipe.report import qc_picture
@@ -194,7 +194,7 @@ def _write_outputs(segmenter: LungSegmenter, job: Job, label: sitk.Image, report
     if any(fmt in dicom_out.DICOM_FORMATS for fmt in job.formats) and series_uid is None:
         series_uid = io.pick_dicom_series(job.input, warn=False)[0]  # the series read_image read
     writers = {"dicom-seg": dicom_out.write_dicom_seg, "rtstruct": dicom_out.write_rtstruct}
-    model = getattr(segmenter, "model_name", "segpipe model")
+    model = _model_name(getattr(segmenter, "model_path", None))
     for fmt, path in job.outputs.items():
         start = time.perf_counter()
         if fmt == "nifti":
@@ -204,3 +204,12 @@ def _write_outputs(segmenter: LungSegmenter, job: Job, label: sitk.Image, report
             report["timings_s"][f"{fmt.replace('-', '_')}_s"] = round(time.perf_counter() - start, 3)
     report["outputs"] = {fmt: str(path) for fmt, path in job.outputs.items()}
     report["output"] = str(job.mask if "nifti" in job.formats else next(iter(job.outputs.values())))
+
+
+def _model_name(path: Path | None) -> str:
+    """How the DICOM outputs name the model: its file's name (the bundled one says so)."""
+    from segpipe.model import DEFAULT_MODEL
+
+    if path is None:
+        return "segpipe model"
+    return f"segpipe default model ({path.name})" if path.resolve() == DEFAULT_MODEL.resolve() else path.name

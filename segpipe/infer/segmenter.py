@@ -103,7 +103,7 @@ class LungSegmenter:
             rules = stored.updated(rules or {})
         self.header = header
         self.weights = weights
-        self.model_name = "segpipe model"  # named in DICOM outputs; from_file sets the file's name
+        self.model_path: Path | None = None  # the model file, when loaded from one
         self.progress = progress
         self.settings = Settings(
             coarse=header.coarse.config(), fine=header.fine.config(), coarse_mm=tuple(header.spacing.coarse_mm),
@@ -124,7 +124,7 @@ class LungSegmenter:
 
         header, weights = load_model(path)
         segmenter = cls(header, weights, **kwargs)
-        segmenter.model_name = Path(path).name
+        segmenter.model_path = Path(path)
         return segmenter
 
     @classmethod
@@ -135,9 +135,7 @@ class LungSegmenter:
                 f"the bundled default model is missing ({DEFAULT_MODEL}); train one with "
                 "'segpipe train --out RUN' and pass --model RUN/model.pt"
             )
-        segmenter = cls.from_file(DEFAULT_MODEL, **kwargs)
-        segmenter.model_name = f"segpipe default model ({DEFAULT_MODEL.name})"
-        return segmenter
+        return cls.from_file(DEFAULT_MODEL, **kwargs)
 
     def predict(self, image: sitk.Image | str | Path | np.ndarray, **kwargs: Any) -> sitk.Image:
         """Segment the lungs: uint8 label image (0 background, 1 right, 2 left lung) with
