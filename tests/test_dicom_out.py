@@ -378,4 +378,4 @@ def test_real_series_round_trip(tmp_path: Path) -> None:
     truth = np.stack([sitk.GetArrayViewFromImage(mask)[mask.TransformPhysicalPointToIndex([float(v) for v in s.ImagePositionPatient])[2]]
                       for s in back.series_data], axis=-1)
     for label, name in ((1, "Lung_R"), (2, "Lung_L")):
-        assert dice(back.get_roi_mask_by_name(name), truth == label) >= 0.95
+        assert dice(back.get_roi_mask_by_name(name), truth == label) >= 0.97
