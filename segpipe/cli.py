@@ -443,6 +443,9 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-lung-ml", type=_non_negative_float, default=None, metavar="ML",
                    help="smallest lung (mL the coarse stage is sure of) that counts as found, a fifth of it for a lung "
                         "the scan's edge cuts; smaller finds are taken for bowel gas (default 50)")
+    p.add_argument("--format", action="append", metavar="LIST",
+                   help="output formats, a comma list of nifti (default), dicom-seg, rtstruct; the DICOM ones need a DICOM "
+                        "series as input and write <name>_lungs_seg.dcm / <name>_lungs_rtstruct.dcm (docs/outputs.md)")
     _add_rule_arguments(p)
     p.add_argument("--qc-density", action="store_true",
                    help="QC picture with the lungs' LAA-950 voxels (below -950 HU) painted green (implies --qc)")
@@ -450,7 +453,7 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
     def run(args: argparse.Namespace) -> int:
         from segpipe import infer
 
-        jobs = infer.plan_jobs(args.inputs, args.output, shard=args.shard)
+        jobs = infer.plan_jobs(args.inputs, args.output, shard=args.shard, formats=args.format)
         seg = _segmenter(args)
         results = infer.run_jobs(
             seg, jobs, overwrite=args.overwrite, qc=args.qc, hu_offset=args.hu_offset,

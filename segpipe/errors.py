@@ -7,7 +7,8 @@ else is a bug and exits with code 1.
 
 from __future__ import annotations
 
-__all__ = ["SegpipeError", "InputError", "GeometryError", "ConfigError", "ModelError", "OutputError"]
+__all__ = ["SegpipeError", "InputError", "GeometryError", "ConfigError", "ModelError", "OutputError",
+           "OutputFormatError", "DependencyError"]
 
 
 class SegpipeError(Exception):
@@ -32,3 +33,12 @@ class ModelError(SegpipeError):
 
 class OutputError(SegpipeError):
     """An output path cannot be written (missing folder, not writable)."""
+
+
+class OutputFormatError(OutputError):
+    """An output format the input cannot give or that does not exist (DICOM SEG or RTSTRUCT
+    from an input that is not a DICOM series)."""
+
+
+class DependencyError(SegpipeError):
+    """An optional package a feature needs is not installed; the message names the pip command."""

@@ -1,8 +1,10 @@
-"""Folder jobs: expand inputs into scans, name their outputs, segment each and write mask,
-report and QC picture atomically (``segpipe infer`` and :meth:`LungSegmenter.predict_file`)."""
+"""Folder jobs: expand inputs into scans, name their outputs, segment each and write mask
+(NIfTI, DICOM SEG, RTSTRUCT), report and QC picture atomically (``segpipe infer`` and
+:meth:`LungSegmenter.predict_file`)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +13,7 @@ import SimpleITK as sitk
 
 from segpipe import io
 from segpipe.errors import InputError
+from segpipe.io import dicom_out
 
 if TYPE_CHECKING:
     from segpipe.infer.segmenter import LungSegmenter
@@ -23,6 +26,23 @@ class Job:
 
     input: Path
     mask: Path
+    formats: tuple[str, ...] = ("nifti",)
+
+    @property
+    def seg(self) -> Path:
+        """The DICOM SEG: ``<mask name>_seg.dcm``."""
+        return self.mask.with_name(io.strip_suffix(self.mask) + "_seg.dcm")
+
+    @property
+    def rtstruct(self) -> Path:
+        """The RT Structure Set: ``<mask name>_rtstruct.dcm``."""
+        return self.mask.with_name(io.strip_suffix(self.mask) + "_rtstruct.dcm")
+
+    @property
+    def outputs(self) -> dict[str, Path]:
+        """Format -> file, for the formats asked for."""
+        paths = {"nifti": self.mask, "dicom-seg": self.seg, "rtstruct": self.rtstruct}
+        return {fmt: paths[fmt] for fmt in self.formats}
 
     @property
     def report(self) -> Path:
@@ -54,11 +74,21 @@ def _dicom_name(folder: Path) -> str:
     return folder.parent.name if folder.name.lower() in generic and folder.parent.name else folder.name
 
 
-def plan_jobs(inputs: list[str | Path], output: str | Path | None, *, shard: tuple[int, int] | None = None) -> list[Job]:
+def plan_jobs(inputs: list[str | Path], output: str | Path | None, *, shard: tuple[int, int] | None = None,
+              formats: str | tuple[str, ...] | list[str] | None = None) -> list[Job]:
     """Expand inputs (files, DICOM folders, folders of scans) into jobs, apply ``shard``
     (every n-th scan from i, so cluster array jobs split a folder), and name the outputs
     (``<name>_lungs.nii.gz`` in ``output`` or the current folder; ``output`` may be a file
-    name when there is exactly one scan)."""
+    name when there is exactly one scan; ``<name>_lungs_seg.dcm`` and
+    ``<name>_lungs_rtstruct.dcm`` next to it for the DICOM ``formats``).
+
+    Raises:
+        OutputFormatError: an unknown format, or a DICOM format for a scan that is not a
+            DICOM series.
+        DependencyError: a DICOM format without its packages installed.
+    """
+    wanted = dicom_out.parse_formats(formats)
+    dicom_out.require_dicom_packages(wanted)
     scans: list[Path] = []
     for item in inputs:
         p = Path(item)
@@ -71,6 +101,8 @@ def plan_jobs(inputs: list[str | Path], output: str | Path | None, *, shard: tup
             scans += inside
         else:
             scans.append(p)
+    for scan in scans:
+        dicom_out.check_dicom_input(scan, wanted)
     if shard is not None:
         i, n = shard
         scans = scans[i::n]
@@ -88,7 +120,7 @@ def plan_jobs(inputs: list[str | Path], output: str | Path | None, *, shard: tup
                 raise InputError(f"two scans are both named {name!r}; process them into different folders")
             names.add(name)
             mask = Path(output or ".") / f"{name}_lungs.nii.gz"
-        jobs.append(Job(scan, mask))
+        jobs.append(Job(scan, mask, wanted))
     return jobs
 
 
@@ -113,21 +145,22 @@ def run_jobs(
         if not folder.exists():
             folder.mkdir(parents=True)
     for job in jobs:
-        io.check_output_path(job.mask, overwrite=True)
+        for fmt, path in job.outputs.items():
+            io.check_output_path(path, overwrite=True, image=fmt == "nifti")
     iterator: Any = jobs
     if progress and len(jobs) > 1:
         from tqdm.auto import tqdm
 
         iterator = tqdm(jobs, desc="scans", unit="scan")
     for job in iterator:
-        if job.mask.exists() and not overwrite:
-            lines.append(f"skipped {job.input} ({job.mask} exists; --overwrite redoes it)")
+        if all(p.exists() for p in job.outputs.values()) and not overwrite:
+            lines.append(f"skipped {job.input} ({', '.join(map(str, job.outputs.values()))} exist; --overwrite redoes it)")
             continue
         report = segment_job(segmenter, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid, qc_density=qc_density)
         v = report["volumes_ml"]
         warn = f"; warnings: {'; '.join(report['warnings'])}" if report["warnings"] else ""
         lines.append(
-            f"wrote {job.mask}: right {v['right'] / 1000:.2f} L, left {v['left'] / 1000:.2f} L, "
+            f"wrote {', '.join(report['outputs'].values())}: right {v['right'] / 1000:.2f} L, left {v['left'] / 1000:.2f} L, "
             f"{report['timings_s']['total_s']:.1f} s{warn}"
         )
     return lines
@@ -150,8 +183,7 @@ def segment_job(
     image: sitk.Image | Path = io.read_image(job.input, series_uid=series_uid) if qc else job.input
     result = segmenter.predict_with_report(image, hu_offset=hu_offset, series_uid=None if qc else series_uid)
     result.report["input"] = str(job.input)
-    io.write_image(result.label, job.mask, compress=True)
-    result.report["output"] = str(job.mask)
+    _write_outputs(segmenter, job, result.label, result.report, series_uid)
     if qc:
         qc_picture(image, result.label, job.qc, title=f"{job.input.name}: segpipe lungs", density_overlay=qc_density, hu_offset=hu_offset)
         result.report["qc"] = str(job.qc)
@@ -159,3 +191,30 @@ def segment_job(
     tmp.write_text(json.dumps(result.report, indent=1))
     tmp.replace(job.report)
     return result.report
+
+
+def _write_outputs(segmenter: LungSegmenter, job: Job, label: sitk.Image, report: dict[str, Any], series_uid: str | None) -> None:
+    """Write ``label`` in each of the job's formats; the report gets ``outputs`` (format ->
+    path), ``output`` (the NIfTI mask, else the first file) and a time per DICOM format."""
+    if any(fmt in dicom_out.DICOM_FORMATS for fmt in job.formats) and series_uid is None:
+        series_uid = io.pick_dicom_series(job.input, warn=False)[0]  # the series read_image read
+    writers = {"dicom-seg": dicom_out.write_dicom_seg, "rtstruct": dicom_out.write_rtstruct}
+    model = _model_name(getattr(segmenter, "model_path", None))
+    for fmt, path in job.outputs.items():
+        start = time.perf_counter()
+        if fmt == "nifti":
+            io.write_image(label, path, compress=True)
+        else:
+            writers[fmt](label, job.input, path, series_uid=series_uid, model_name=model)
+            report["timings_s"][f"{fmt.replace('-', '_')}_s"] = round(time.perf_counter() - start, 3)
+    report["outputs"] = {fmt: str(path) for fmt, path in job.outputs.items()}
+    report["output"] = str(job.mask if "nifti" in job.formats else next(iter(job.outputs.values())))
+
+
+def _model_name(path: Path | None) -> str:
+    """How the DICOM outputs name the model: its file's name (the bundled one says so)."""
+    from segpipe.model import DEFAULT_MODEL
+
+    if path is None:
+        return "segpipe model"
+    return f"segpipe default model ({path.name})" if path.resolve() == DEFAULT_MODEL.resolve() else path.name

@@ -243,14 +243,27 @@ class LungSegmenter:
         }
 
     def predict_file(self, input: str | Path, output: str | Path, *, qc: bool = False, overwrite: bool = True,
-                     hu_offset: float = 0.0, series_uid: str | None = None, qc_density: bool = False) -> dict[str, Any]:
+                     hu_offset: float = 0.0, series_uid: str | None = None, qc_density: bool = False,
+                     formats: str | tuple[str, ...] | list[str] | None = None) -> dict[str, Any]:
         """Segment the scan at ``input`` (file or DICOM folder) and write the mask to
         ``output`` with the input's exact geometry, plus ``<output stem>.json`` (the report)
         and, with ``qc``, ``<output stem>.png`` (``qc_density``: with the lungs' LAA-950
-        voxels painted; implies ``qc``). Returns the report."""
-        from segpipe import io
+        voxels painted; implies ``qc``). Returns the report.
 
-        job = Job(Path(input), io.check_output_path(output, overwrite=overwrite))
+        ``formats`` (default ``"nifti"``): any of ``"nifti"``, ``"dicom-seg"``, ``"rtstruct"``
+        (a comma list or a sequence); the DICOM ones need a DICOM folder as ``input`` and are
+        written as ``<output stem>_seg.dcm`` and ``<output stem>_rtstruct.dcm`` (``output``
+        still names the NIfTI mask and the stem of the others). The report's ``outputs`` lists
+        the files written."""
+        from segpipe import io
+        from segpipe.io import dicom_out
+
+        wanted = dicom_out.parse_formats(formats)
+        dicom_out.require_dicom_packages(wanted)
+        dicom_out.check_dicom_input(input, wanted)
+        job = Job(Path(input), io.check_output_path(output, overwrite=overwrite), wanted)
+        for fmt, path in job.outputs.items():
+            io.check_output_path(path, overwrite=overwrite, image=fmt == "nifti")
         return segment_job(self, job, qc=qc, hu_offset=hu_offset, series_uid=series_uid, qc_density=qc_density)
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "image_suffix",
     "strip_suffix",
     "list_dicom_series",
+    "pick_dicom_series",
     "validate_image",
     "is_image_path",
     "check_hu",
@@ -279,7 +280,19 @@ def list_dicom_series(folder: str | Path) -> dict[str, list[str]]:
         return {uid: list(sitk.ImageSeriesReader.GetGDCMSeriesFileNames(folder, uid)) for uid in uids}
 
 
-def _read_dicom(folder: Path, series_uid: str | None) -> sitk.Image:
+def pick_dicom_series(folder: str | Path, series_uid: str | None = None, *, warn: bool = True) -> tuple[str, list[str]]:
+    """The DICOM series :func:`read_image` reads from ``folder``: ``(SeriesInstanceUID, files)``.
+
+    Args:
+        folder: a folder holding DICOM files.
+        series_uid: the series to pick; by default the one with most slices (a warning names
+            the others unless ``warn`` is False).
+        warn: log a warning when the folder holds several series and none is picked.
+
+    Raises:
+        InputError: no DICOM files in ``folder``, or no series ``series_uid``.
+    """
+    folder = Path(folder)
     series = list_dicom_series(folder)
     if not series:
         raise InputError(f"{folder}: a folder must hold a DICOM series, found no DICOM files")
@@ -289,13 +302,17 @@ def _read_dicom(folder: Path, series_uid: str | None) -> sitk.Image:
         uid = series_uid
     else:
         uid = max(series, key=lambda k: (len(series[k]), k))
-        if len(series) > 1:
+        if len(series) > 1 and warn:
             others = ", ".join(f"{k} ({len(v)} slices)" for k, v in sorted(series.items()) if k != uid)
             log.warning(
                 "%s holds %d DICOM series; reading %s (%d slices, the most); others: %s. Pick one with --series UID.",
                 folder, len(series), uid, len(series[uid]), others,
             )
-    files = series[uid]
+    return uid, series[uid]
+
+
+def _read_dicom(folder: Path, series_uid: str | None) -> sitk.Image:
+    uid, files = pick_dicom_series(folder, series_uid)
     reader = sitk.ImageSeriesReader()
     reader.SetFileNames(files)
     reader.MetaDataDictionaryArrayUpdateOn()
