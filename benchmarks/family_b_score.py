@@ -1,0 +1,69 @@
+"""Score models side by side on phantom family B (``family_b.py``: test-only anatomy, never tuned on).
+
+The cases are those of ``rule_ablation.py`` (seed 5000 + i, the kinds in turn). Per case and model: Dice per
+lung (where the reference has it) and the lung label found outside the reference lungs (mL); then the mean
+and worst Dice per model and per kind.
+
+Usage::
+
+    python benchmarks/family_b_score.py [--n 16] [--models default runs/x/model.pt] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import SimpleITK as sitk
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _dice(a: np.ndarray, b: np.ndarray) -> float:
+    s = int(a.sum()) + int(b.sum())
+    return 1.0 if s == 0 else 2.0 * int((a & b).sum()) / s
+
+
+def main() -> int:
+    import family_b
+
+    from segpipe import LungSegmenter
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=16, help="cases (default 16: each kind twice)")
+    ap.add_argument("--models", nargs="+", default=["default"], help="model files ('default': the bundled model)")
+    ap.add_argument("--json", help="write the rows and summary here")
+    args = ap.parse_args()
+    segs = {m: LungSegmenter.default() if m == "default" else LungSegmenter.from_file(m) for m in args.models}
+    rows: list[dict[str, Any]] = []
+    for i in range(args.n):
+        kind = family_b.CASES[i % len(family_b.CASES)]
+        image, label, _ = family_b.make_case(5000 + i, kind)
+        ref = sitk.GetArrayFromImage(label)
+        ml = float(np.prod(image.GetSpacing())) / 1000.0
+        row: dict[str, Any] = {"case": f"b{5000 + i}", "kind": kind}
+        for name, seg in segs.items():
+            pred = sitk.GetArrayFromImage(seg.predict(image))
+            row[name] = {"dice": [round(_dice(pred == v, ref == v), 4) if (ref == v).any() else None for v in (1, 2)],
+                         "non_lung_ml": round(float(((pred > 0) & (ref == 0)).sum()) * ml, 1)}
+        rows.append(row)
+        print(f"{row['case']} {kind:<14} " + "  ".join(f"{n}: {row[n]['dice']} +{row[n]['non_lung_ml']} mL" for n in segs), flush=True)
+    summary: dict[str, Any] = {}
+    for name in segs:
+        d = [x for r in rows for x in r[name]["dice"] if x is not None]
+        per_kind = {k: round(float(np.mean([x for r in rows if r["kind"] == k for x in r[name]["dice"] if x is not None] or [np.nan])), 4)
+                    for k in family_b.CASES}
+        summary[name] = {"mean_dice": round(float(np.mean(d)), 4), "worst_dice": round(float(np.min(d)), 4),
+                         "max_non_lung_ml": max(r[name]["non_lung_ml"] for r in rows), "per_kind": per_kind}
+    print(json.dumps(summary, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
