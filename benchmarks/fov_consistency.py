@@ -97,6 +97,33 @@ def _circle(image: sitk.Image, value: float = -2048.0) -> sitk.Image:
     return out
 
 
+def _axial_picture(image: sitk.Image, label: sitk.Image, path: Path, title: str) -> None:
+    """Top, middle and bottom axial slices (canonical LPS: anterior up, the patient's right on
+    the left) with the mask's outlines: the QC picture of a thin slab, where coronal and
+    sagittal cuts show little."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from segpipe import spatial
+
+    img = sitk.GetArrayFromImage(spatial.to_canonical(image)[0])
+    lab = sitk.GetArrayFromImage(spatial.to_canonical(label)[0])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5.4), facecolor="black")
+    for ax, z, name in zip(axes, (len(img) - 1, len(img) // 2, 0), ("top", "middle", "bottom")):
+        ax.imshow(img[z], cmap="gray", vmin=-1350, vmax=150)
+        for value, colour in ((1, "tab:red"), (2, "tab:cyan")):
+            if (lab[z] == value).any():
+                ax.contour(lab[z] == value, levels=[0.5], colors=colour, linewidths=1.0)
+        ax.set_title(f"{name} slice", color="white")
+        ax.axis("off")
+    fig.suptitle(title, color="white")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80, facecolor="black")
+    plt.close(fig)
+
+
 def _dice(a: np.ndarray, b: np.ndarray) -> float:
     s = int(a.sum()) + int(b.sum())
     return 1.0 if s == 0 else 2.0 * int((a & b).sum()) / s
@@ -203,9 +230,9 @@ def main() -> int:
         result = seg.predict_with_report(slab_image)
         s["abdomen_slab_lung_ml"] = result.report["volumes_ml"]
         if args.qc is not None:
-            from segpipe.report import qc_picture
-
-            qc_picture(slab_image, result.label, args.qc / "qc_abdomen_slab.png", title="abdomen-slab-dicom (real upper abdomen)")
+            _axial_picture(slab_image, result.label, args.qc / "qc_abdomen_slab.png",
+                           f"abdomen-slab-dicom (real upper abdomen): lung found R {result.report['volumes_ml']['right']} mL, "
+                           f"L {result.report['volumes_ml']['left']} mL")
     print(json.dumps(s, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": s, "rows": rows}, indent=1))
