@@ -1,5 +1,6 @@
 """The bundled default model on the bundled chest scan: accuracy, laterality in physical space
-for another storage orientation, and a scan that holds only part of the lungs."""
+for another storage orientation, a scan that holds only part of the lungs, and abdominal scans
+that cut the lung bases."""
 
 from __future__ import annotations
 
