@@ -10,7 +10,6 @@ views and on the left in sagittal views, superior is up in coronal and sagittal 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -194,26 +193,11 @@ def _centre_index(arr: np.ndarray, lab: np.ndarray | None) -> tuple[int, int, in
     return nz // 2, ny // 2, nx // 2
 
 
-def _default_mode() -> int:
-    """Permissions of a newly created file under the current umask (mkstemp makes 0600 files)."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def _atomic_savefig(fig: object, out: Path, dpi: int) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp.png", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            fig.savefig(handle, format="png", dpi=dpi, facecolor="black")  # type: ignore[attr-defined]
-        os.chmod(tmp, _default_mode())
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from segpipe.io.image import atomic_target
+
+    with atomic_target(out, suffix=".tmp.png") as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi, facecolor="black")  # type: ignore[attr-defined]
 
 
 def training_curves(metrics_path: str | Path, path: str | Path, *, dpi: int = 100) -> Path:

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import io as _pyio
-import os
-import tempfile
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -40,7 +38,7 @@ import SimpleITK as sitk
 
 from segpipe._version import __version__
 from segpipe.errors import DependencyError, GeometryError, InputError, OutputError, OutputFormatError
-from segpipe.io.image import check_output_path, list_dicom_series, pick_dicom_series
+from segpipe.io.image import atomic_target, check_output_path, list_dicom_series, pick_dicom_series
 
 __all__ = [
     "OUTPUT_FORMATS",
@@ -200,20 +198,11 @@ def _label_array(mask: sitk.Image) -> np.ndarray:
 
 def _save_atomic(dataset: Any, path: Path) -> Path:
     """Write a pydicom dataset to a temporary file next to ``path``, then rename it."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-    os.close(fd)
-    try:
+    with atomic_target(path) as tmp:
         try:
             dataset.save_as(tmp, enforce_file_format=True)
         except OSError as err:
             raise OutputError(f"cannot write {path}: {err}") from err
-        umask = os.umask(0o022)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

@@ -523,6 +523,24 @@ def write_image(
     return p
 
 
+@contextlib.contextmanager
+def atomic_target(path: Path, suffix: str = ".tmp") -> Iterator[str]:
+    """A temporary file name in ``path``'s folder to write to: when the block ends normally the
+    file gets the usual mode (``mkstemp`` makes 0600) and is renamed onto ``path``, so readers
+    never see a partial file; on any error it is removed."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent if str(path.parent) else ".")
+    os.close(fd)
+    try:
+        yield tmp
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_text_atomic(path: str | Path, text: str, *, overwrite: bool = True) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically: a temporary file in the same folder, then
     a rename, so readers never see a partial file. Returns the path.
@@ -532,17 +550,8 @@ def write_text_atomic(path: str | Path, text: str, *, overwrite: bool = True) ->
             ``overwrite`` is False.
     """
     p = check_output_path(path, overwrite=overwrite, image=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        umask = os.umask(0o022)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_target(p) as tmp:
+        Path(tmp).write_text(text, encoding="utf-8", newline="")
     return p
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from segpipe.errors import OutputError
-from segpipe.report import _default_mode, qc_picture
+from segpipe.io.image import atomic_target
+from segpipe.report import qc_picture
 from segpipe.synthetic.render import make_phantom
 from segpipe.synthetic.spec import PhantomSpec, sample_spec
 
@@ -39,16 +39,8 @@ def case_spec(seed: int, index: int, **overrides: Any) -> PhantomSpec:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, default=_plain)
-            handle.write("\n")
-        os.chmod(tmp, _default_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_target(path) as tmp:
+        Path(tmp).write_text(json.dumps(data, indent=2, default=_plain) + "\n", encoding="utf-8")
 
 
 def write_dataset(
