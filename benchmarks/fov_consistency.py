@@ -9,8 +9,10 @@ Crops (canonical LPS index space, from the reference lungs' extent):
 - ``bases``: the lowest 6 cm of lung with 12 cm below it (an abdominal scan's top);
 - ``inplane70``: the middle 70 % of the lungs' width, all slices (the field of view cuts the
   body and both lungs at the sides);
-- ``inplane70_circle``: the same with the scanner's reconstruction circle: voxels outside the
-  inscribed circle set to -2048 (and left out of the reference);
+- ``inplane70_circle2048``, ``inplane70_circle1024``: the same with the scanner's reconstruction
+  circle: voxels outside the inscribed circle set to the padding value (-2048; -1024, which has
+  the value of air) and left out of the reference;
+- ``cardiac_circle1024``, ``cardiac_circle3024``: the cardiac cube with the circle (-1024, -3024);
 - ``lower_half``: the lower half of the scan's slices.
 
 References: a real scan without a lung mask (LIDC-IDRI-0001) is scored against the same model's
@@ -38,7 +40,8 @@ import SimpleITK as sitk
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
-CROPS = ("cardiac", "apex", "bases", "inplane70", "inplane70_circle", "lower_half")
+CROPS = ("cardiac", "apex", "bases", "inplane70", "inplane70_circle2048", "inplane70_circle1024", "cardiac_circle1024",
+         "cardiac_circle3024", "lower_half")
 MIN_REF_ML = 5.0
 
 
@@ -48,6 +51,7 @@ def _crop_slices(ref: np.ndarray, spacing_xyz: tuple[float, ...], name: str) -> 
     sx, sy, sz = spacing_xyz
     nz, ny, nx = ref.shape
     zlo, zhi, ylo, yhi, xlo, xhi = zz.min(), zz.max(), yy.min(), yy.max(), xx.min(), xx.max()
+    name = name.split("_circle", maxsplit=1)[0]  # a circle crop cuts as the crop it is named after
 
     def span(lo_mm: float, hi_mm: float, centre: float, step: float, n: int) -> slice:
         a = int(round(centre + lo_mm / step))
@@ -146,9 +150,9 @@ def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None, q
         sl = _crop_slices(ref_a > 0, canonical.GetSpacing(), crop)
         img = _crop(canonical, sl)
         r = ref_a[sl].copy()
-        if crop.endswith("circle"):  # what lies outside the scanner's circle is not in the scan
+        if "_circle" in crop:  # what lies outside the scanner's circle is not in the scan
             r[:, outside_circle(img)] = 0
-            img = _circle(img)
+            img = _circle(img, -float(crop.split("_circle")[1]))
         t = time.perf_counter()
         result = seg.predict_with_report(img)
         pred = sitk.GetArrayFromImage(result.label)

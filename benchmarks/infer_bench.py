@@ -10,14 +10,14 @@ child, cross-checked with the child's own ``VmHWM``):
     whole scan to the fine spacing, sliding window over all of it (the fine stage's patch,
     overlap, window batch and Gaussian blending, :func:`segpipe.model.sliding_window_probs`),
     lung where P(background) < 0.5 (the cascade's rule) less pleural air
-    (:func:`segpipe.postprocess.pleural_air`, as the cascade), lungs kept inside the body and sided
-    from geometry (:func:`segpipe.postprocess.split_sides`, as the cascade's coarse stage),
+    (:func:`segpipe.refine.pleural_air.pleural_air`, as the cascade), lungs kept inside the body and sided
+    from geometry (:func:`segpipe.refine.split_sides`, as the cascade's coarse stage),
     then back to the scan's grid as the cascade does it (P(background) linearly, lung where it
     is below 0.5; sides by nearest neighbour), but over the whole grid at once, as MONAI's
     ``Invertd`` does with a plain pipeline's probabilities (``--single-resample labels``: nearest
     neighbour labels instead, leaner and rougher), then the cascade's postprocess (fat cleared,
-    :func:`segpipe.postprocess.clear_fat`; edges moved onto the scan,
-    :func:`segpipe.postprocess.snap_label_edges`; :func:`segpipe.postprocess.clean_lungs`) and
+    :func:`segpipe.refine.fat.clear_fat`; edges moved onto the scan,
+    :func:`segpipe.refine.edge_snap.snap_label_edges`; :func:`segpipe.refine.clean_lungs`) and
     original orientation.
 (c) ``lungmask``: lungmask's own 2D U-Net (R231 architecture, random weights: timing only)
     through ``lungmask.LMInferer`` (LPS reorientation, per-slice body crop and resize to
@@ -308,32 +308,26 @@ def _run_child(args: list[str], workdir: Path, tag: str, threads: int | None = N
 def _single_stage(seg: Any, path: Path, resample: str) -> Any:
     """Method (b): the fine network over the whole scan at the fine spacing (see module doc)."""
     import SimpleITK as sitk
-    from segpipe.postprocess import (
-        body_interior,
-        body_midline_x,
-        clean_lungs,
-        clear_fat,
-        pleural_air,
-        skin_slack,
-        snap_label_edges,
-        split_sides,
-    )
 
     from segpipe import io, spatial
     from segpipe.model import sliding_window_probs
+    from segpipe.refine import body_interior, body_midline_x, clean_lungs, skin_slack, split_sides
+    from segpipe.refine.edge_snap import snap_label_edges
+    from segpipe.refine.fat import clear_fat
+    from segpipe.refine.pleural_air import pleural_air
 
     img = io.read_image(path)
     canonical, code = spatial.to_canonical(img)
-    fine = spatial.resample_image(canonical, seg.fine_mm)
+    fine = spatial.resample_image(canonical, seg.settings.fine_mm)
     hu = sitk.GetArrayFromImage(fine)
     probs = sliding_window_probs(
-        seg.single_net, hu, seg.fine_cfg, seg.window_hu, seg.device, sw_batch=seg.window_batch(seg.fine_cfg)
+        seg.single_net, hu, seg.settings.fine, seg.settings.window_hu, seg.settings.device, sw_batch=seg.settings.window_batch(seg.settings.fine)
     )
     background = probs[0].numpy().copy()  # a copy, so the other channels can go
     del probs
     # a pneumothorax is not lung, as in the cascade (which counts only air inside the body as pleural)
     body = body_interior(hu)
-    background[pleural_air(background < 0.5, hu, seg.fine_mm, valid=body)] = 1.0
+    background[pleural_air(background < 0.5, hu, seg.settings.fine_mm, valid=body)] = 1.0
     sides = split_sides((background < 0.5) & skin_slack(body), midline_x=body_midline_x(hu))
     del body
     del hu
@@ -406,9 +400,9 @@ def _worker(args: argparse.Namespace) -> None:
             from segpipe.device import for_inference
             from segpipe.model import build_network
 
-            net = build_network(seg.fine_cfg.network)
+            net = build_network(seg.settings.fine.network)
             net.load_state_dict(seg.weights["fine"])
-            seg.single_net = for_inference(net, seg.device)  # the cascade's layout too
+            seg.single_net = for_inference(net, seg.settings.device)  # the cascade's layout too
     else:
         inferer = _lungmask_inferer(Path(args.result).parent, args.device, args.lungmask_postprocess)
     setup = _vm_status()

@@ -14,7 +14,7 @@ from segpipe.errors import ConfigError
 from segpipe.refine import _util, rules
 from segpipe.refine.airways import AirwaysParams, coarse_airways, track_airways
 from segpipe.refine.base import FineContext, RuleReport, ScanContext
-from segpipe.refine.body import body_interior, body_midline_x
+from segpipe.refine.body import BodyParams, body_interior, body_midline_x
 from segpipe.refine.components import clean_lungs, clean_lungs_array, fill_holes, fill_slice_holes
 from segpipe.refine.dense_lung import DenseLungParams, dense_lung
 from segpipe.refine.dense_to_wall import DenseToWallParams, dense_to_wall
@@ -769,7 +769,7 @@ def test_rule_set_bool_shorthand(name: str) -> None:
     ({"fat": True, "postprocess": {}}, "unknown rule 'postprocess'"),
     ({"fat": {"smooth": 2.0}}, "unknown config key {where}.fat.smooth (allowed: "),     # unknown parameter
     ({"pleural_air": {"min_ml": 20, "grow": 1}}, "unknown config key {where}.pleural_air.grow "),
-    ({"body": {"enabled": True, "threshold": -400}}, "unknown config key {where}.body.threshold (allowed: air_cm2, air_hu, cut_share, hu, padding_hu, table_share)"),
+    ({"body": {"enabled": True, "threshold": -400}}, "unknown config key {where}.body.threshold (allowed: air_cm2, air_hu, cut_share, hu, padding_hu, padding_max_hu, table_share)"),
     ({"pleural_air": {"min_ml": "20 mL"}}, "{where}.pleural_air.min_ml: expected a number"),  # wrong types
     ({"pleural_air": {"min_ml": True}}, "{where}.pleural_air.min_ml: expected a number"),
     ({"fat": {"enabled": "no"}}, "{where}.fat.enabled: expected true or false"),
@@ -1159,6 +1159,62 @@ def test_body_in_view_keeps_lungs_the_field_of_view_cuts() -> None:
     lung = crop < -500
     assert not (body_interior(crop) & lung).any()  # the old body: nothing encloses the cut lungs
     assert (body_in_view(crop, (4.0, 4.0, 4.0)) & lung).sum() == lung.sum()
+
+
+def _circle_outside(shape: tuple[int, int]) -> np.ndarray:
+    yy, xx = np.mgrid[:shape[0], :shape[1]]
+    r = min(shape) / 2
+    return (yy - (shape[0] - 1) / 2) ** 2 + (xx - (shape[1] - 1) / 2) ** 2 > r * r
+
+
+def test_padding_footprint_finds_air_valued_padding_not_air() -> None:
+    from segpipe.refine import padding_footprint
+
+    rng = np.random.default_rng(1)
+    hu = np.repeat(_coarse_chest_slice(), 6, axis=0) + rng.normal(0, 8, (6, 60, 60)).astype(np.float32)
+    hu = np.maximum(hu, -1024.0)  # air clipped at -1024 here and there, as scanners store it
+    assert padding_footprint(hu) is None  # noisy air is not padding, even where clipped
+    outside = _circle_outside(hu.shape[1:])
+    padded = hu.copy()
+    padded[:, outside] = -1024.0
+    np.testing.assert_array_equal(padding_footprint(padded), outside)
+    assert padding_footprint(padded[:3]) is None  # too few slices to tell
+    padded[:, outside] = -3024.0
+    np.testing.assert_array_equal(padding_footprint(padded), outside)
+    assert padding_footprint(padded + 2100.0) is None  # the lowest value (-924) is not air-like
+
+
+def test_body_in_view_keeps_lungs_cut_by_a_circle_padded_with_air() -> None:
+    from segpipe.refine import body_in_view, padding_footprint
+
+    hu = np.repeat(_coarse_chest_slice(), 5, axis=0)
+    n = hu.shape[1]
+    crop = hu[:, :, int(0.25 * n):int(0.75 * n)].copy()  # the sides cut through both lungs
+    outside = _circle_outside(crop.shape[1:])
+    crop[:, outside] = -1024.0
+    lungs = (crop[0] > -950) & (crop[0] < -500)
+    lungs[int(0.8 * n):] = False  # not the mattress
+    assert body_in_view(crop, (4.0, 4.0, 4.0))[0][lungs].mean() < 0.5  # the circle taken for air around the patient
+    body = body_in_view(crop, (4.0, 4.0, 4.0), padding=padding_footprint(crop))[0]
+    assert body[lungs].mean() > 0.98 and not body[outside].any()
+
+
+def test_body_in_view_keeps_a_lung_along_one_side_of_the_circle() -> None:
+    """A cardiac-centred field of view inside the body: a lung runs along the posterior arc of
+    the circle on one side of the spine; it is not the table's mattress, which spans the width."""
+    from segpipe.refine import body_in_view
+
+    n = 40
+    yy, xx = np.mgrid[:n, :n].astype(float)
+    hu = np.full((n, n), 40.0, np.float32)  # tissue fills the view
+    lung = (((xx - 26) / 16) ** 2 + ((yy - 27) / 15) ** 2 <= 1) & (xx > 14)  # the left lung, posterior and lateral
+    hu[lung] = -850.0
+    outside = _circle_outside((n, n))
+    hu[outside] = -2048.0
+    inside_lung = lung & ~outside
+    assert (body_in_view(hu[None], (4.0, 4.0, 4.0))[0] & inside_lung).sum() == inside_lung.sum()
+    # it runs along 50-60 % of the arc's columns: a mattress at table_share 0.5
+    assert not (body_in_view(hu[None], (4.0, 4.0, 4.0), BodyParams(table_share=0.5))[0] & inside_lung).any()
 
 
 def test_body_in_view_leaves_out_outside_air_padding_and_the_mattress_of_a_cut_slice() -> None:

@@ -17,7 +17,9 @@ import SimpleITK as sitk
 
 from segpipe import spatial
 from segpipe.infer.settings import Settings, load_network, release_freed_memory
-from segpipe.refine import body_in_view, body_midline_x, coarse_airways, side_boundary, skin_slack, split_sides
+from segpipe.refine import (
+    body_in_view, body_midline_x, coarse_airways, padding_footprint, side_boundary, skin_slack, split_sides,
+)
 
 __all__ = ["CoarseResult", "locate", "SIDES"]
 
@@ -37,6 +39,19 @@ def positions_in(grid: spatial.Geometry, ref: spatial.Geometry) -> list[np.ndarr
     direction = np.asarray(ref.GetDirection()).reshape(3, 3)
     shift = direction.T @ (np.asarray(grid.GetOrigin()) - np.asarray(ref.GetOrigin()))
     return [(shift[a] + np.arange(grid.GetSize()[a]) * grid.GetSpacing()[a]) / ref.GetSpacing()[a] for a in range(3)]
+
+
+def _padding_on(canonical: sitk.Image, coarse_img: sitk.Image, s: Settings) -> np.ndarray | None:
+    """The scanner's padding with the value of air (:func:`segpipe.refine.padding_footprint`,
+    found on the scan's own voxels) as a ``(y, x)`` footprint on the coarse grid: the coarse
+    voxels whose centres fall on it."""
+    footprint = padding_footprint(sitk.GetArrayViewFromImage(canonical), s.rules.body)
+    if footprint is None:
+        return None
+    px, py, _ = positions_in(spatial.Geometry.of(coarse_img), spatial.Geometry.of(canonical))
+    ix = np.clip(np.rint(px).astype(int), 0, footprint.shape[1] - 1)
+    iy = np.clip(np.rint(py).astype(int), 0, footprint.shape[0] - 1)
+    return footprint[np.ix_(iy, ix)]
 
 
 @dataclass(frozen=True)
@@ -139,7 +154,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     hu = sitk.GetArrayViewFromImage(coarse_img)
     # the fine stage's lungs must lie inside the body itself (no slack: the chest wall is
     # thicker than a coarse voxel), the coarse lungs within one voxel of it (partial volume)
-    body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body)
+    body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body, padding=_padding_on(canonical, coarse_img, s))
     sides = split_sides(lung & skin_slack(body), min_fraction=s.rules.sides.min_fraction,
                         midline_x=body_midline_x(hu, s.rules.body.hu))
     # a side counts only with enough confident lung: smaller or unsure finds are gas in the

@@ -15,7 +15,7 @@ from segpipe.refine._util import CROSS2, FULL, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
 from segpipe.refine.components import fill_slice_holes
 
-__all__ = ["BodyParams", "body_interior", "body_in_view", "skin_slack", "body_midline_x", "rule"]
+__all__ = ["BodyParams", "padding_footprint", "body_interior", "body_in_view", "skin_slack", "body_midline_x", "rule"]
 
 
 @dataclass(frozen=True)
@@ -33,15 +33,50 @@ class BodyParams:
         table_share: see ``air_cm2``.
         padding_hu: below this, over a region that reaches the array's border, is the
             scanner's padding outside its reconstruction circle (-2048, -3024): beyond the scan.
-            Padding of -1024 cannot be told from air and counts as air.
+        padding_max_hu: padding at or above ``padding_hu`` (-1024, what many scanners write
+            outside the circle, the value of air) is found by its constancy instead: the
+            scan's lowest value, at most this, at the same pixels of every slice, over a
+            region that reaches the array's border (:func:`padding_footprint`). Air around a
+            patient has noise and moves with the body from slice to slice; padding does not.
     """
 
     hu: float = -500.0
     cut_share: float = 0.2
     air_hu: float = -975.0
     air_cm2: float = 2.0
-    table_share: float = 0.5
+    table_share: float = 0.75
     padding_hu: float = -1100.0
+    padding_max_hu: float = -1000.0
+
+
+#: fewest slices for :func:`padding_footprint`: in fewer, clipped air may look constant
+MIN_PADDING_SLICES = 4
+
+
+def padding_footprint(hu_zyx: np.ndarray, p: BodyParams = BodyParams()) -> np.ndarray | None:
+    """``(y, x)`` pixels beyond the scanner's reconstruction circle, or ``None`` when there
+    are none: the scan's lowest value (at most ``p.padding_max_hu``) at the same pixels of every
+    slice, in regions that reach the array's border. This finds padding that has the value of
+    air (-1024), which :func:`body_in_view`'s ``padding_hu`` cannot tell from the air around a
+    patient, on the scan's own voxels (resampling blurs the constancy away). Needs at least
+    :data:`MIN_PADDING_SLICES` slices."""
+    hu = np.asarray(hu_zyx)
+    if hu.ndim != 3 or hu.shape[0] < MIN_PADDING_SLICES or hu.size == 0:
+        return None
+    low = hu.min()
+    if not low <= p.padding_max_hu:
+        return None
+    const = hu[0] == low
+    for z in range(1, hu.shape[0]):
+        const &= hu[z] == low
+        if not const.any():
+            return None
+    labels, n = ndimage.label(const, structure=CROSS2)
+    border = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
+    border = border[border > 0]
+    if border.size == 0:
+        return None
+    return np.isin(labels, border)
 
 
 def body_midline_x(hu_zyx: np.ndarray, threshold_hu: float = -500.0) -> float | None:
@@ -61,7 +96,8 @@ def body_interior(hu_zyx: np.ndarray, threshold_hu: float = -500.0, *, slack_vox
     return skin_slack(fill_slice_holes(hu_zyx > threshold_hu), slack_voxels)
 
 
-def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyParams = BodyParams()) -> np.ndarray:
+def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyParams = BodyParams(), *,
+                 padding: np.ndarray | None = None) -> np.ndarray:
     """Voxels inside the body, also where the scan's field of view cuts it.
 
     Per axial slice, as :func:`body_interior`: what tissue above ``p.hu`` encloses, where the
@@ -71,12 +107,15 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
     ``p.air_cm2`` of pure air (the air around the patient) or runs along the posterior part of
     the scan's edge (canonical LPS: high y) over ``p.table_share`` of its width (the table's
     mattress): a lung or bowel loop that the field of view cuts is inside. The scanner's
-    padding is never body."""
+    padding is never body: what lies below ``p.padding_hu`` and, given as ``padding``, a ``(y, x)``
+    footprint of padding that has the value of air (:func:`padding_footprint`)."""
     hu = np.asarray(hu_zyx, np.float32)
     border = np.ones(hu.shape[1:], bool)
     border[1:-1, 1:-1] = False
     # the scanner's padding: far below air, over a region that reaches the array's border
     pad_like = hu < p.padding_hu
+    if padding is not None:
+        pad_like |= padding
     pixel_cm2 = float(spacing_xyz[0]) * float(spacing_xyz[1]) / 100.0
     out = np.zeros(hu.shape, bool)
 
@@ -85,9 +124,11 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
         labels, n = ndimage.label(pad_like[z], structure=CROSS2)
         if n:
             beyond = np.isin(labels, np.unique(labels[border & (labels > 0)]))
-        edge = (border & ~beyond) | (ndimage.binary_dilation(beyond, structure=CROSS2) & ~beyond)
-        # smoothed HU of the scan's own voxels (the padding left out, not smeared into them)
-        valid = (~beyond).astype(np.float32)
+        ring = ndimage.binary_dilation(beyond, structure=CROSS2) & ~beyond
+        edge = (border & ~beyond) | ring
+        # smoothed HU of the scan's own voxels: the padding left out, not smeared into them, and
+        # so is the ring next to it, where resampling mixed padding into lung (as air-like HU)
+        valid = (~(beyond | ring)).astype(np.float32)
         smooth = ndimage.gaussian_filter(np.maximum(hu[z], -1024.0) * valid, 1.0, mode="nearest")
         smooth /= np.maximum(ndimage.gaussian_filter(valid, 1.0, mode="nearest"), 1e-3)
         open_ = (hu[z] <= p.hu) & ~beyond
@@ -98,7 +139,7 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
         touching = np.zeros(n + 1, bool)
         touching[np.unique(labels[edge & (labels > 0)])] = True
         if np.count_nonzero(edge) and (smooth[edge] >= p.air_hu).mean() >= p.cut_share:  # the view cuts the body
-            air = np.bincount(labels[smooth < p.air_hu], minlength=n + 1) * pixel_cm2
+            air = np.bincount(labels[(smooth < p.air_hu) & ~ring], minlength=n + 1) * pixel_cm2
             # the mattress: along the posterior part of the scan's edge (canonical LPS: high y),
             # over more than table_share of the columns that edge spans
             post = edge & (np.arange(edge.shape[0]) > 0.6 * edge.shape[0])[:, None]
