@@ -1,5 +1,3 @@
-import sys
+from segpipe.cli import entry
 
-from segpipe.cli import main
-
-sys.exit(main())
+entry()

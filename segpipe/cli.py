@@ -8,6 +8,7 @@ exit code 2; ``--debug`` shows the traceback instead. Heavy imports happen insid
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -715,5 +716,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def entry() -> None:
+    """The ``segpipe`` command (and ``python -m segpipe``): :func:`main`, then exit without the
+    interpreter's last garbage collections over every object torch and MONAI made at import
+    (``gc.freeze``): 0.5-0.9 s of a command's wall time. The command's files are closed by then."""
+    code = main()
+    sys.stdout.flush()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()

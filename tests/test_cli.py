@@ -101,3 +101,6 @@ def test_console_script_runs_as_a_process(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"segpipe info: error: input not found: {tmp_path / 'missing.nii.gz'}"
+    sample = Path(__file__).resolve().parents[1] / "data_samples" / "chest_512" / "imagesTr" / "phantom_000.nii.gz"
+    proc = subprocess.run([sys.executable, "-m", "segpipe", "info", str(sample)], check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "LPS" in proc.stdout, proc.stdout  # printed in full before the process exits
