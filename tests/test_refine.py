@@ -769,7 +769,8 @@ def test_rule_set_bool_shorthand(name: str) -> None:
     ({"fat": True, "postprocess": {}}, "unknown rule 'postprocess'"),
     ({"fat": {"smooth": 2.0}}, "unknown config key {where}.fat.smooth (allowed: "),     # unknown parameter
     ({"pleural_air": {"min_ml": 20, "grow": 1}}, "unknown config key {where}.pleural_air.grow "),
-    ({"body": {"enabled": True, "threshold": -400}}, "unknown config key {where}.body.threshold (allowed: air_cm2, air_hu, cut_share, hu, padding_hu, padding_max_hu, table_share)"),
+    ({"body": {"enabled": True, "threshold": -400}},
+     "unknown config key {where}.body.threshold (allowed: air_cm2, air_hu, cut_share, hu, padding_hu, padding_max_hu, table_share)"),
     ({"pleural_air": {"min_ml": "20 mL"}}, "{where}.pleural_air.min_ml: expected a number"),  # wrong types
     ({"pleural_air": {"min_ml": True}}, "{where}.pleural_air.min_ml: expected a number"),
     ({"fat": {"enabled": "no"}}, "{where}.fat.enabled: expected true or false"),

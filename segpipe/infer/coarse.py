@@ -18,7 +18,13 @@ import SimpleITK as sitk
 from segpipe import spatial
 from segpipe.infer.settings import Settings, load_network, release_freed_memory
 from segpipe.refine import (
-    body_in_view, body_midline_x, coarse_airways, padding_footprint, side_boundary, skin_slack, split_sides,
+    body_in_view,
+    body_midline_x,
+    coarse_airways,
+    padding_footprint,
+    side_boundary,
+    skin_slack,
+    split_sides,
 )
 
 __all__ = ["CoarseResult", "locate", "SIDES"]
