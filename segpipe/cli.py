@@ -373,6 +373,16 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
             cfg = dataclasses.replace(cfg, init_model=args.init)
         out = Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
         if args.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+            from segpipe.device import resolve_device
+
+            if resolve_device(cfg.device).type == "cuda":  # one GPU per process, checked before launching
+                import torch
+
+                from segpipe.errors import ConfigError
+                from segpipe.train.trainer import gpu_processes_message
+
+                if args.nproc > torch.cuda.device_count():
+                    raise ConfigError(gpu_processes_message(args.nproc, torch.cuda.device_count()))
             return _relaunch_with_torchrun(args.argv, args.nproc, out)
         from segpipe import train as train_mod
 

@@ -213,3 +213,24 @@ def test_init_model_starts_from_the_files_weights_and_checks_the_network(tmp_pat
     with pytest.raises(ModelError, match="not found"):
         nope = tiny_config(cache_dir, init_model=str(tmp_path / "nope.pt"))
         train.train(nope, data_dir=SAMPLES, run_dir=tmp_path / "x", progress=False)
+
+
+def test_ddp_on_cuda_needs_a_gpu_per_process(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from segpipe.cli import main
+    from segpipe.errors import ConfigError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    # the command refuses before launching torchrun
+    assert main(["train", "--nproc", "2", "--device", "cuda", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("segpipe train: error: --nproc 2 on CUDA needs one GPU per process and this machine has 1: "
+                   "use one process, or --device cpu (DDP over gloo)"), err
+    assert not (tmp_path / "run").exists()
+    # a process that torchrun started on its own, before the process group
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ConfigError, match="--nproc 3 on CUDA needs one GPU per process and this machine has 2: use --nproc 2"):
+        trainer._init_distributed("cuda")

@@ -66,16 +66,33 @@ class _Dist:
         return self.world > 1
 
 
+def gpu_processes_message(processes: int, gpus: int) -> str:
+    """The error for more DDP processes on CUDA than GPUs."""
+    fix = f"--nproc {gpus}" if gpus > 1 else "one process" if gpus == 1 else "a machine with GPUs"
+    return f"--nproc {processes} on CUDA needs one GPU per process and this machine has {gpus}: use {fix}, or --device cpu (DDP over gloo)"
+
+
 def _init_distributed(device_type: str) -> _Dist:
-    """Join the process group when launched by torchrun (WORLD_SIZE > 1)."""
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1). On CUDA each process
+    takes the GPU of its local rank before NCCL starts (its first collective would otherwise
+    guess the device); a process without a GPU of its own is a configuration error (NCCL
+    cannot put two ranks on one GPU)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return _Dist()
+    import torch
     import torch.distributed as dist
 
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device_type == "cuda":
+        gpus = torch.cuda.device_count()
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+        if local_world > gpus:
+            raise ConfigError(gpu_processes_message(local_world, gpus))
+        torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
-    return _Dist(rank=dist.get_rank(), world=dist.get_world_size(), local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+    return _Dist(rank=dist.get_rank(), world=dist.get_world_size(), local_rank=local_rank)
 
 
 def _barrier(dist_info: _Dist) -> None:
