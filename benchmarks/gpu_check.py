@@ -26,9 +26,10 @@ with its one-line reason while the others still run.
   ``../shared/data/lidc-idri-0001/dicom`` when present: wall time from the file (the first run
   is warm-up when ``--infer-repeats`` > 1) and peak allocated / reserved.
 * ``ddp``: ``segpipe train --nproc 2 --device cuda`` (torchrun, NCCL) for a few steps on a
-  tiny ``segpipe synth`` dataset. With one GPU NCCL refuses two ranks on one device; that is
-  recorded, and the same training is run with gloo (on the GPU, then on the CPU) to show that
-  DDP itself works. Reported: whether it completed, the fine stage's seconds per step.
+  tiny ``segpipe synth`` dataset. With one GPU segpipe refuses that in one line (one GPU per
+  process); both ranks are then put on ``cuda:0`` under torchrun directly, NCCL first (which
+  refuses two ranks on one device: recorded), then gloo (on the GPU, then on the CPU) to show
+  that DDP itself works. Reported: whether it completed, the fine stage's seconds per step.
 
 Targets: per budget, the peak allocated fits the budget and is within 10 % (``--tolerance``) of
 the ``segpipe memory`` estimate for the plan (its total, workspace margin included), and the

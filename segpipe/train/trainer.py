@@ -75,8 +75,9 @@ def gpu_processes_message(processes: int, gpus: int) -> str:
 def _init_distributed(device_type: str) -> _Dist:
     """Join the process group when launched by torchrun (WORLD_SIZE > 1). On CUDA each process
     takes the GPU of its local rank before NCCL starts (its first collective would otherwise
-    guess the device); a process without a GPU of its own is a configuration error (NCCL
-    cannot put two ranks on one GPU)."""
+    guess the device); a local rank without a GPU of that index is a configuration error.
+    ``segpipe train --nproc`` refuses more processes than GPUs before launching (NCCL does not
+    put two ranks on one GPU)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return _Dist()
@@ -87,7 +88,7 @@ def _init_distributed(device_type: str) -> _Dist:
     if device_type == "cuda":
         gpus = torch.cuda.device_count()
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-        if local_world > gpus:
+        if local_rank >= gpus:  # (a launcher may map ranks onto fewer GPUs itself: benchmarks/gpu_check.py)
             raise ConfigError(gpu_processes_message(local_world, gpus))
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
