@@ -16,6 +16,9 @@ scans; when the file is missing the section says how to make it) and writes the 
 atomically. Every
 figure is the median of ``--repeats`` runs. Results of earlier runs can be reused with
 ``--infer-json`` / ``--memory-json`` (files written by the two scripts' ``--json``).
+``--e2e-json`` adds the end-to-end section (``benchmarks/e2e_bench.py --json``: the command
+against a plain MONAI pipeline, a folder against separate calls) and ``--gpu-json`` the GPU
+check (``benchmarks/gpu_check.py --json``, run on a CUDA machine).
 
 ``--quick`` makes everything small, to check the report end to end in a few minutes: the
 128 x 128 x 96 test scan only, one run, one memory size (64^3).
@@ -488,6 +491,42 @@ def accuracy_section(eval_json: Path | None) -> list[str]:
     return lines
 
 
+def e2e_section(data: dict[str, Any] | None) -> list[str]:
+    """End to end (``benchmarks/e2e_bench.py --json``): the command against a plain MONAI
+    pipeline, and a folder against separate calls."""
+    if not data:
+        return []
+    lines = ["## End to end: the command a user types", "",
+             "Fresh processes, start-up and writing included, methods alternating, medians "
+             "(`python benchmarks/e2e_bench.py`; peak RSS from `os.wait4`).", ""]
+    scan = data.get("scan")
+    if scan:
+        rows = [["segpipe infer (DICOM in, NIfTI out)", _num(scan["segpipe"]["wall_s"], ".2f"), _num(scan["segpipe"]["peak_rss_mib"], ",.0f")],
+                ["plain single-stage MONAI pipeline", _num(scan["monai"]["wall_s"], ".2f"), _num(scan["monai"]["peak_rss_mib"], ",.0f")],
+                ["ratio (targets <= 0.35x, <= 0.3x)", f"{scan['time_ratio']:.2f}x", f"{scan['rss_ratio']:.2f}x"]]
+        lines += [f"Scan `{_shown(scan['scan'])}`, {len(scan['runs']['segpipe'])} runs each:", ""]
+        lines += _table(["method", "wall time s", "peak RSS MiB"], rows, "lrr") + [""]
+    folder = data.get("folder")
+    if folder:
+        rows = [["one call per scan", _num(folder["separate_per_scan_s"], ".2f"), _num(folder["single_call_peak_rss_mib"], ",.0f")],
+                ["one call for the folder", _num(folder["folder_per_scan_s"], ".2f"), _num(folder["folder_peak_rss_mib"], ",.0f")],
+                ["ratio (targets <= 0.6x, <= 1.5x)", f"{folder['time_ratio']:.2f}x", f"{folder['rss_ratio']:.2f}x"]]
+        lines += [f"A folder of {folder['scans']} generated 512 x 512 x 300 chest scans:", ""]
+        lines += _table(["how", "s per scan", "peak RSS MiB"], rows, "lrr") + [""]
+    return lines
+
+
+def gpu_section(data: dict[str, Any] | None) -> list[str]:
+    """The GPU check (``benchmarks/gpu_check.py --json``), as that script formats it."""
+    if not data:
+        return []
+    spec = importlib.util.spec_from_file_location("segpipe_gpu_check", HERE / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # type: ignore[union-attr]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.markdown_section(data).splitlines() + [""]
+
+
 def reproduce_section(args: argparse.Namespace, command: str) -> list[str]:
     model = f" --model {_shown(args.model)}" if args.model else ""
     threads = f" --threads {args.threads}" if args.threads else ""
@@ -568,6 +607,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--memory-json", type=Path, default=None, help="reuse this memory_bench.py --json output instead of running it"
     )
+    parser.add_argument("--e2e-json", type=Path, default=None, help="add the end-to-end section from this e2e_bench.py --json output")
+    parser.add_argument("--gpu-json", type=Path, default=None, help="add the GPU section from this gpu_check.py --json output")
     parser.add_argument("--skip-infer", action="store_true", help="leave the inference section out")
     parser.add_argument("--skip-memory", action="store_true", help="leave the training-memory section out")
     return parser
@@ -587,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"no bundled model at {ib.DEFAULT_MODEL}; pass --model FILE (a model written by 'segpipe train')"
             )
         args.model = ib.DEFAULT_MODEL
-    for name in ("model", "infer_json", "memory_json"):
+    for name in ("model", "infer_json", "memory_json", "e2e_json", "gpu_json"):
         p = getattr(args, name)
         if p is not None and not p.is_file():
             parser.error(f"--{name.replace('_', '-')}: file not found: {p}")
@@ -615,7 +656,9 @@ def main(argv: list[str] | None = None) -> int:
     lines = header_section(info, args, command.strip())
     lines += (
         infer_section(infer)
+        + e2e_section(json.loads(args.e2e_json.read_text()) if args.e2e_json else None)
         + memory_section(memory)
+        + gpu_section(json.loads(args.gpu_json.read_text()) if args.gpu_json else None)
         + accuracy_section(args.eval_json)
         + reproduce_section(args, command.strip())
     )

@@ -198,3 +198,21 @@ def test_markdown_cells_stay_on_one_line() -> None:
     md = gc.markdown_section({"meta": {"gpu": {"name": "GPU"}}, "checks": [gc.ddp_check(attempts, 2)]})
     row = next(s for s in md.splitlines() if s.startswith("| segpipe train --nproc 2"))
     assert "failed: exit code 1: a \\| b Last error: c" in row and row.count(" | ") == 3
+
+
+def test_report_places_the_gpu_and_end_to_end_sections(result: dict) -> None:
+    """benchmarks/report.py renders gpu_check.py's and e2e_bench.py's JSON as sections of docs/BENCHMARKS.md."""
+    import report
+
+    gpu = "\n".join(report.gpu_section(result))
+    assert gpu.startswith("## GPU check: ") and gpu == gc.markdown_section(result).rstrip("\n") + "\n"
+    assert report.gpu_section(None) == [] and report.e2e_section(None) == []
+    e2e = {"scan": {"scan": "scan.nii.gz", "runs": {"segpipe": [{}, {}], "monai": [{}, {}]},
+                    "segpipe": {"wall_s": 5.86, "peak_rss_mib": 817.0}, "monai": {"wall_s": 20.43, "peak_rss_mib": 3161.0},
+                    "time_ratio": 0.287, "rss_ratio": 0.258},
+           "folder": {"scans": 4, "separate_per_scan_s": 7.38, "folder_per_scan_s": 5.05, "single_call_peak_rss_mib": 1100.0,
+                      "folder_peak_rss_mib": 1251.0, "time_ratio": 0.684, "rss_ratio": 1.137}}
+    lines = report.e2e_section(e2e)
+    assert "| plain single-stage MONAI pipeline | 20.43 | 3,161 |" in lines
+    assert "| ratio (targets <= 0.35x, <= 0.3x) | 0.29x | 0.26x |" in lines
+    assert "| one call for the folder | 5.05 | 1,251 |" in lines and "| ratio (targets <= 0.6x, <= 1.5x) | 0.68x | 1.14x |" in lines
