@@ -1182,7 +1182,10 @@ def test_padding_footprint_finds_air_valued_padding_not_air() -> None:
     assert padding_footprint(padded[:3]) is None  # too few slices to tell
     padded[:, outside] = -3024.0
     np.testing.assert_array_equal(padding_footprint(padded), outside)
-    assert padding_footprint(padded + 2100.0) is None  # the lowest value (-924) is not air-like
+    assert padding_footprint(padded + 2100.0) is None  # the padding's value (-924) is not air-like
+    padded[:, outside] = -1024.0
+    padded[2, 30, 30] = -1200.0  # a darker voxel elsewhere (noise, a streak) changes nothing
+    np.testing.assert_array_equal(padding_footprint(padded), outside)
 
 
 def test_body_in_view_keeps_lungs_cut_by_a_circle_padded_with_air() -> None:

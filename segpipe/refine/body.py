@@ -34,9 +34,9 @@ class BodyParams:
         padding_hu: below this, over a region that reaches the array's border, is the
             scanner's padding outside its reconstruction circle (-2048, -3024): beyond the scan.
         padding_max_hu: padding at or above ``padding_hu`` (-1024, what many scanners write
-            outside the circle, the value of air) is found by its constancy instead: the
-            scan's lowest value, at most this, at the same pixels of every slice, over a
-            region that reaches the array's border (:func:`padding_footprint`). Air around a
+            outside the circle, the value of air) is found by its constancy instead: a corner's
+            value, at most this, at the same pixels of every slice, over a region that reaches
+            the array's border (:func:`padding_footprint`). Air around a
             patient has noise and moves with the body from slice to slice; padding does not.
     """
 
@@ -55,28 +55,30 @@ MIN_PADDING_SLICES = 4
 
 def padding_footprint(hu_zyx: np.ndarray, p: BodyParams = BodyParams()) -> np.ndarray | None:
     """``(y, x)`` pixels beyond the scanner's reconstruction circle, or ``None`` when there
-    are none: the scan's lowest value (at most ``p.padding_max_hu``) at the same pixels of every
-    slice, in regions that reach the array's border. This finds padding that has the value of
-    air (-1024), which :func:`body_in_view`'s ``padding_hu`` cannot tell from the air around a
-    patient, on the scan's own voxels (resampling blurs the constancy away). Needs at least
-    :data:`MIN_PADDING_SLICES` slices."""
+    are none: a value at most ``p.padding_max_hu`` that a corner of the first slice holds (the
+    circle leaves the corners out), at the same pixels of every slice, in regions that reach
+    the array's border. This finds padding that has the value of air (-1024), which
+    :func:`body_in_view`'s ``padding_hu`` cannot tell from the air around a patient, on the
+    scan's own voxels (resampling blurs the constancy away); darker voxels elsewhere (noise,
+    streaks) do not matter. Needs at least :data:`MIN_PADDING_SLICES` slices."""
     hu = np.asarray(hu_zyx)
     if hu.ndim != 3 or hu.shape[0] < MIN_PADDING_SLICES or hu.size == 0:
         return None
-    low = hu.min()
-    if not low <= p.padding_max_hu:
-        return None
-    const = hu[0] == low
-    for z in range(1, hu.shape[0]):
-        const &= hu[z] == low
-        if not const.any():
-            return None
-    labels, n = ndimage.label(const, structure=CROSS2)
-    border = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
-    border = border[border > 0]
-    if border.size == 0:
-        return None
-    return np.isin(labels, border)
+    first = hu[0]
+    for value in sorted({float(first[i, j]) for i in (0, -1) for j in (0, -1)}):
+        if not value <= p.padding_max_hu:
+            continue
+        const = first == value
+        for z in range(1, hu.shape[0]):
+            const &= hu[z] == value
+            if not const.any():
+                break
+        labels, _ = ndimage.label(const, structure=CROSS2)
+        border = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
+        border = border[border > 0]
+        if border.size:
+            return np.isin(labels, border)
+    return None
 
 
 def body_midline_x(hu_zyx: np.ndarray, threshold_hu: float = -500.0) -> float | None:
