@@ -770,7 +770,7 @@ def test_rule_set_bool_shorthand(name: str) -> None:
     ({"fat": {"smooth": 2.0}}, "unknown config key {where}.fat.smooth (allowed: "),     # unknown parameter
     ({"pleural_air": {"min_ml": 20, "grow": 1}}, "unknown config key {where}.pleural_air.grow "),
     ({"body": {"enabled": True, "threshold": -400}},
-     "unknown config key {where}.body.threshold (allowed: air_cm2, air_hu, cut_share, hu, padding_hu, padding_max_hu, table_share)"),
+     "unknown config key {where}.body.threshold (allowed: air_cm2, air_hu, air_share, cut_share, hu, padding_hu, padding_max_hu, table_share)"),
     ({"pleural_air": {"min_ml": "20 mL"}}, "{where}.pleural_air.min_ml: expected a number"),  # wrong types
     ({"pleural_air": {"min_ml": True}}, "{where}.pleural_air.min_ml: expected a number"),
     ({"fat": {"enabled": "no"}}, "{where}.fat.enabled: expected true or false"),
@@ -1201,6 +1201,22 @@ def test_body_in_view_keeps_lungs_cut_by_a_circle_padded_with_air() -> None:
     assert body_in_view(crop, (4.0, 4.0, 4.0))[0][lungs].mean() < 0.5  # the circle taken for air around the patient
     body = body_in_view(crop, (4.0, 4.0, 4.0), padding=padding_footprint(crop))[0]
     assert body[lungs].mean() > 0.98 and not body[outside].any()
+
+
+def test_body_in_view_keeps_an_emphysematous_lung_the_view_cuts() -> None:
+    """Emphysema's pure-air patches (several cm2) in a lung that the field of view cuts do not
+    make it air around the patient: that is mostly pure air, a lung is not."""
+    from segpipe.refine import body_in_view
+
+    hu = _coarse_chest_slice()
+    n = hu.shape[1]
+    crop = hu[:, int(0.3 * n):int(0.7 * n), int(0.25 * n):int(0.75 * n)].copy()  # inside the body: both lungs cut
+    lung = (crop > -950) & (crop < -500)
+    crop[0, 8:11, 3:7] = -1010.0  # bullae at the cut edge: 12 pixels, 1.9 cm2
+    crop[0, 14:17, 3:7] = -1010.0
+    lung |= crop < -1000
+    assert (body_in_view(crop, (4.0, 4.0, 4.0))[0] & lung[0]).sum() == lung[0].sum()
+    assert not (body_in_view(crop, (4.0, 4.0, 4.0), BodyParams(air_share=0.0))[0] & lung[0]).all()  # by pure air alone: out
 
 
 def test_body_in_view_keeps_a_lung_along_one_side_of_the_circle() -> None:

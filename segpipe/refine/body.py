@@ -26,10 +26,12 @@ class BodyParams:
             scan's edge in it is not pure air (``air_hu``).
         air_hu: pure air: smoothed HU (1 coarse voxel in-plane) below this.
         air_cm2: in a slice that the field of view cuts, a region below ``hu`` that reaches the
-            scan's edge is outside the body only with at least this much pure air in it (the
-            air around the patient) or when it runs along more than ``table_share`` of the
-            scan's posterior edge (the table's mattress under the patient); a lung cut by the
-            field of view is neither.
+            scan's edge is outside the body only with at least this much pure air in it, being
+            ``air_share`` of its area or more (the air around the patient), or when it runs along
+            more than ``table_share`` of the scan's posterior edge (the table's mattress under
+            the patient); a lung cut by the field of view is neither, emphysema's pure-air
+            patches in it included.
+        air_share: see ``air_cm2``.
         table_share: see ``air_cm2``.
         padding_hu: below this, over a region that reaches the array's border, is the
             scanner's padding outside its reconstruction circle (-2048, -3024): beyond the scan.
@@ -45,6 +47,7 @@ class BodyParams:
     air_hu: float = -975.0
     air_cm2: float = 2.0
     table_share: float = 0.75
+    air_share: float = 0.5
     padding_hu: float = -1100.0
     padding_max_hu: float = -1000.0
 
@@ -142,6 +145,7 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
         touching[np.unique(labels[edge & (labels > 0)])] = True
         if np.count_nonzero(edge) and (smooth[edge] >= p.air_hu).mean() >= p.cut_share:  # the view cuts the body
             air = np.bincount(labels[(smooth < p.air_hu) & ~ring], minlength=n + 1) * pixel_cm2
+            air_like = (air >= p.air_cm2) & (air >= p.air_share * np.bincount(labels.ravel(), minlength=n + 1) * pixel_cm2)
             # the mattress: along the posterior part of the scan's edge (canonical LPS: high y),
             # over more than table_share of the columns that edge spans
             post = edge & (np.arange(edge.shape[0]) > 0.6 * edge.shape[0])[:, None]
@@ -150,7 +154,7 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
             cols[labels[ys, xs], xs] = True
             span = max(1, np.count_nonzero(post.any(axis=0)))
             table = cols.sum(axis=1) > p.table_share * span
-            touching &= (air >= p.air_cm2) | table
+            touching &= air_like | table
         touching[0] = False
         out[z] = ~touching[labels] & ~beyond
 
