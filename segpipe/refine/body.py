@@ -109,7 +109,8 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
     regions below ``p.hu`` that reach the scan's edge (the array's border or the scanner's
     padding) are outside. In a slice whose field of view cuts the body (``p.cut_share`` of the
     scan's edge in it is not pure air) such a region is outside only when it holds at least
-    ``p.air_cm2`` of pure air (the air around the patient) or runs along the posterior part of
+    ``p.air_cm2`` of pure air, and ``p.air_share`` of its area (the air around the patient; an
+    emphysematous lung has patches of pure air, but less of them), or runs along the posterior part of
     the scan's edge (canonical LPS: high y) over ``p.table_share`` of its width (the table's
     mattress): a lung or bowel loop that the field of view cuts is inside. The scanner's
     padding is never body: what lies below ``p.padding_hu`` and, given as ``padding``, a ``(y, x)``
