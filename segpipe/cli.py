@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -716,6 +717,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("segpipe: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of the output went away (segpipe info x | head -1)
+        _stdout_to_devnull()
+        return 141
     except Exception as err:  # a bug: one line unless --debug
         if args.debug:
             raise
@@ -731,9 +735,19 @@ def entry() -> None:
     interpreter's last garbage collections over every object torch and MONAI made at import
     (``gc.freeze``): 0.5-0.9 s of a command's wall time. The command's files are closed by then."""
     code = main()
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        code = code or 141
     gc.freeze()
     sys.exit(code)
+
+
+def _stdout_to_devnull() -> None:
+    """Point standard output at /dev/null: its reader went away, and Python's exit would
+    otherwise fail again flushing it."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -103,4 +103,10 @@ def test_console_script_runs_as_a_process(tmp_path: Path) -> None:
     assert proc.stderr.strip() == f"segpipe info: error: input not found: {tmp_path / 'missing.nii.gz'}"
     sample = Path(__file__).resolve().parents[1] / "data_samples" / "chest_512" / "imagesTr" / "phantom_000.nii.gz"
     proc = subprocess.run([sys.executable, "-m", "segpipe", "info", str(sample)], check=False, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and "LPS" in proc.stdout, proc.stdout  # printed in full before the process exits
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1].startswith("HU range"), proc.stdout  # all of it, before exiting
+    # a reader that has gone before the output comes (| head -0): exit code 141 (SIGPIPE), no error message
+    with subprocess.Popen([sys.executable, "-m", "segpipe", "info", str(sample)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as reader:
+        assert reader.stdout is not None and reader.stderr is not None
+        reader.stdout.close()  # long before the interpreter has started
+        assert reader.wait(timeout=120) == 141 and reader.stderr.read() == ""

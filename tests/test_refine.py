@@ -1174,6 +1174,7 @@ def test_padding_footprint_finds_air_valued_padding_not_air() -> None:
     rng = np.random.default_rng(1)
     hu = np.repeat(_coarse_chest_slice(), 6, axis=0) + rng.normal(0, 8, (6, 60, 60)).astype(np.float32)
     hu = np.maximum(hu, -1024.0)  # air clipped at -1024 here and there, as scanners store it
+    hu[0, 0, 0] = hu[0, -1, -1] = -1024.0  # the first slice's corners among them
     assert padding_footprint(hu) is None  # noisy air is not padding, even where clipped
     outside = _circle_outside(hu.shape[1:])
     padded = hu.copy()
@@ -1217,6 +1218,34 @@ def test_body_in_view_keeps_an_emphysematous_lung_the_view_cuts() -> None:
     lung |= crop < -1000
     assert (body_in_view(crop, (4.0, 4.0, 4.0))[0] & lung[0]).sum() == lung[0].sum()
     assert not (body_in_view(crop, (4.0, 4.0, 4.0), BodyParams(air_share=0.0))[0] & lung[0]).all()  # by pure air alone: out
+
+
+def test_body_in_view_leaves_out_air_gaps_between_the_patient_and_the_circle() -> None:
+    """A circle slightly narrower than the patient's width: it cuts the sides, and thin gaps of
+    air remain between the body and the circle in front and behind. They are air around the
+    patient (mostly pure air, partial volume at the skin and the ring at the circle
+    notwithstanding), whatever the padding's value."""
+    from segpipe.refine import body_in_view, padding_footprint
+
+    rng = np.random.default_rng(3)
+    n, mm = 240, 1.0
+    yy, xx = np.mgrid[:n, :n].astype(float) - (n - 1) / 2
+    body = (xx / 150) ** 2 + (yy / 90) ** 2 <= 1  # 300 x 180 mm
+    outside = xx ** 2 + yy ** 2 > 110 ** 2  # the circle: radius 110 mm
+    for pad in (-1024.0, -3024.0):
+        hu = np.where(body, 40.0, -1000.0) + rng.normal(0, 10, (4, n, n))
+        hu = np.maximum(hu, -1024.0).astype(np.float32)
+        hu[:, outside] = pad
+        scan = sitk.GetImageFromArray(hu)
+        scan.SetSpacing((mm, mm, 5.0))
+        coarse = spatial.resample_image(scan, (3.0, 3.0, 5.0))
+        a = sitk.GetArrayFromImage(coarse)
+        fp = padding_footprint(hu)
+        fp_c = None if fp is None else fp[::3, ::3][:a.shape[1], :a.shape[2]]
+        got = body_in_view(a, (3.0, 3.0, 5.0), padding=fp_c)[0]
+        gaps = ~body[::3, ::3][:a.shape[1], :a.shape[2]] & ~outside[::3, ::3][:a.shape[1], :a.shape[2]]
+        gaps &= ndimage.binary_erosion(gaps, iterations=2)  # away from the skin and the circle's ring
+        assert gaps.sum() > 100 and not got[gaps].any(), (pad, int(got[gaps].sum()), int(gaps.sum()))
 
 
 def test_body_in_view_keeps_a_lung_along_one_side_of_the_circle() -> None:

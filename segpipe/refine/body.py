@@ -47,7 +47,7 @@ class BodyParams:
     air_hu: float = -975.0
     air_cm2: float = 2.0
     table_share: float = 0.75
-    air_share: float = 0.5
+    air_share: float = 0.25
     padding_hu: float = -1100.0
     padding_max_hu: float = -1000.0
 
@@ -121,7 +121,9 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
     # the scanner's padding: far below air, over a region that reaches the array's border
     pad_like = hu < p.padding_hu
     if padding is not None:
-        pad_like |= padding
+        if padding.shape != hu.shape[1:]:
+            raise ValueError(f"body_in_view: padding footprint of shape {padding.shape}, expected {hu.shape[1:]} (the slices' shape)")
+        pad_like |= np.asarray(padding, bool)
     pixel_cm2 = float(spacing_xyz[0]) * float(spacing_xyz[1]) / 100.0
     out = np.zeros(hu.shape, bool)
 
@@ -146,7 +148,8 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
         touching[np.unique(labels[edge & (labels > 0)])] = True
         if np.count_nonzero(edge) and (smooth[edge] >= p.air_hu).mean() >= p.cut_share:  # the view cuts the body
             air = np.bincount(labels[(smooth < p.air_hu) & ~ring], minlength=n + 1) * pixel_cm2
-            air_like = (air >= p.air_cm2) & (air >= p.air_share * np.bincount(labels.ravel(), minlength=n + 1) * pixel_cm2)
+            area = np.bincount(labels[~ring], minlength=n + 1) * pixel_cm2  # what the air was counted over
+            air_like = (air >= p.air_cm2) & (air >= p.air_share * area)
             # the mattress: along the posterior part of the scan's edge (canonical LPS: high y),
             # over more than table_share of the columns that edge spans
             post = edge & (np.arange(edge.shape[0]) > 0.6 * edge.shape[0])[:, None]
