@@ -665,8 +665,8 @@ def main(argv: list[str] | None = None) -> int:
             import lungmask  # noqa: F401
         except ImportError as err:
             parser.error(
-                f"method lungmask needs the lungmask package ({err}); pip install --no-deps lungmask "
-                "scikit-image fill_voids pydicom more-itertools, or pass --methods cascade single"
+                f"method lungmask needs the lungmask package ({err}); pip install -e \".[bench]\" (with torch "
+                "installed first, as README says), or pass --methods cascade single"
             )
     cache = (args.cache or default_cache()).resolve()
     info = machine_info(args.threads)

@@ -50,16 +50,17 @@ FULL_MEMORY_SIZES = [96, 128]
 QUICK_MEMORY_SIZES = [64]
 
 
-def _load_infer_bench() -> Any:
-    """``benchmarks/infer_bench.py`` as a module (stdlib-only at import): machine info, presets."""
-    spec = importlib.util.spec_from_file_location("segpipe_infer_bench", HERE / "infer_bench.py")
+def load_script(file: str) -> Any:
+    """A script of ``benchmarks/`` as a module (``infer_bench.py``: machine info and presets,
+    stdlib-only at import; ``gpu_check.py``: its markdown section)."""
+    spec = importlib.util.spec_from_file_location("segpipe_" + Path(file).stem, HERE / file)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[spec.name] = module  # type: ignore[union-attr]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
 
-ib = _load_infer_bench()
+ib = load_script("infer_bench.py")
 
 
 # ----------------------------------------------------------------------------- running
@@ -520,11 +521,7 @@ def gpu_section(data: dict[str, Any] | None) -> list[str]:
     """The GPU check (``benchmarks/gpu_check.py --json``), as that script formats it."""
     if not data:
         return []
-    spec = importlib.util.spec_from_file_location("segpipe_gpu_check", HERE / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[spec.name] = module  # type: ignore[union-attr]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.markdown_section(data).splitlines() + [""]
+    return load_script("gpu_check.py").markdown_section(data).splitlines() + [""]
 
 
 def reproduce_section(args: argparse.Namespace, command: str) -> list[str]:
