@@ -15,7 +15,7 @@ from segpipe.refine import _util, rules
 from segpipe.refine.airways import AirwaysParams, coarse_airways, track_airways
 from segpipe.refine.base import FineContext, RuleReport, ScanContext
 from segpipe.refine.body import BodyParams, body_interior, body_midline_x
-from segpipe.refine.components import clean_lungs, clean_lungs_array, fill_holes, fill_slice_holes
+from segpipe.refine.components import ComponentsParams, clean_lungs, clean_lungs_array, fill_holes, fill_slice_holes, lung_pieces
 from segpipe.refine.dense_lung import DenseLungParams, dense_lung
 from segpipe.refine.dense_to_wall import DenseToWallParams, dense_to_wall
 from segpipe.refine.edge_snap import EdgeSnapParams, snap_edges, snap_label_edges
@@ -221,6 +221,62 @@ def test_clean_lungs_array_on_a_part_of_the_grid_equals_the_whole(swap: bool) ->
     assert added == int(np.count_nonzero((part > 0) & (before == 0))) == 27  # the 3 x 3 x 3 hole
     assert removed == int(np.count_nonzero((part == 0) & (before > 0))) == 8  # the 2 x 2 x 2 speck
     assert clean_lungs_array(np.zeros((4, 5, 6), np.uint8), spatial.Geometry.of(reference)) == ([], (0, 0))
+
+
+def _support_of(array: np.ndarray) -> object:
+    """A ``lung_pieces`` support over blocks of ``array`` (uint8, bit 1 right, bit 2 left)."""
+    return lambda block: array[block]
+
+
+def test_lung_pieces_keeps_the_piece_the_coarse_stage_supports_not_the_largest() -> None:
+    """A small base the coarse stage found beats a larger pocket of bowel gas it did not."""
+    mask = np.zeros((30, 20, 20), bool)
+    mask[20:26, 5:10, 5:10] = True  # the base: 150 voxels
+    mask[2:12, 5:15, 5:15] = True  # bowel gas: 1000 voxels
+    coarse = np.zeros(mask.shape, np.uint8)
+    coarse[19:27, 4:11, 4:11] = 2  # the coarse stage's left lung
+    kept, dropped = lung_pieces(mask, 2)  # without support: the largest
+    assert kept.sum() == 1000
+    kept, dropped = lung_pieces(mask, 2, _support_of(coarse))
+    assert kept.sum() == 150 and kept[22, 7, 7] and dropped.sum() == 1000
+    kept, _ = lung_pieces(mask, 1, _support_of(coarse))  # the other side's support: none, the largest
+    assert kept.sum() == 1000
+
+
+def test_lung_pieces_keeps_the_pieces_the_scans_edge_cuts() -> None:
+    """Pieces that reach a face marked as the scan's edge and lie in the coarse lung are kept;
+    an unsupported piece at the edge, and a supported one inside the view, are not."""
+    mask = np.zeros((20, 30, 30), bool)
+    mask[12:20, 2:10, 2:10] = True  # 512: the main piece, at the top edge
+    mask[16:20, 20:25, 2:6] = True  # 80: a recess of the same lung, cut by the top edge
+    mask[16:20, 20:25, 20:25] = True  # 100: gas at the top edge, outside the coarse lung
+    mask[2:5, 2:5, 20:25] = True  # 45: inside the view
+    coarse = np.zeros(mask.shape, np.uint8)
+    coarse[11:20, 1:11, 1:11] = 1
+    coarse[15:20, 19:26, 1:7] = 1
+    coarse[1:6, 1:6, 19:26] = 3  # both sides reach here
+    top = (False, True, False, False, False, False)
+    kept, dropped = lung_pieces(mask, 1, _support_of(coarse), top)
+    assert kept.sum() == 512 + 80 and dropped.sum() == 100 + 45
+    kept, _ = lung_pieces(mask, 1, _support_of(coarse), (False,) * 6)  # no edge: the main piece only
+    assert kept.sum() == 512
+    kept, _ = lung_pieces(mask, 1, _support_of(coarse), top, min_support=0.95)
+    assert kept.sum() == 512 + 80  # the recess lies wholly in the coarse lung
+
+
+def test_clean_lungs_array_keeps_edge_pieces_only_at_the_scans_own_edge() -> None:
+    """The edge is the scan's, not the region's: the same pieces in a region away from the
+    scan's top are dropped."""
+    a = np.zeros((10, 30, 40), np.uint8)
+    a[2:10, 5:25, 3:15] = 1
+    a[6:10, 5:10, 16:19] = 1  # a recess cut by the scan's top
+    support = np.where(a > 0, 1, 0).astype(np.uint8)
+    for nz, edge in ((10, True), (12, False)):
+        reference = spatial.Geometry((40, 30, nz), (2.0, 2.0, 2.0), (0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0))
+        part = a.copy()
+        clean_lungs_array(part, reference, support=_support_of(support), min_support=ComponentsParams().min_support)
+        assert bool(part[8, 7, 17]) == edge
+        assert part[5, 10, 10] == 1
 
 
 @pytest.mark.parametrize("seed", [11, 13])

@@ -107,6 +107,7 @@ def scan_context(canvas: Canvas, source: ScanSource, coarse: CoarseResult, *, ke
     spacing = tuple(float(v) for v in canvas.geometry.GetSpacing())
     kc, jc, ic = coarse.scan_lookup(spacing, canvas.offset, canvas.array.shape)
     boundary = coarse.side_boundary_on(spacing)
+    support = coarse.lung_support()
     held = [source]
 
     def scan_hu() -> np.ndarray:
@@ -124,4 +125,5 @@ def scan_context(canvas: Canvas, source: ScanSource, coarse: CoarseResult, *, ke
         airways=lambda z: coarse.airways[kc[z]][np.ix_(jc, ic)],
         side_boundary=lambda z: boundary[kc[z], jc],
         geometry=canvas.geometry, offset_xyz=canvas.offset,
+        lung_support=lambda z: support[kc[z]][np.ix_(jc, ic)],
     )

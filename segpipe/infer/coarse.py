@@ -131,6 +131,20 @@ class CoarseResult:
         ic = np.clip(np.round((np.arange(fx) + ox + 0.5) * sp_f[0] / sp_c[0] - 0.5).astype(int), 0, cx - 1)
         return kc, jc, ic
 
+    def lung_support(self) -> np.ndarray:
+        """Where each sided lung, grown by one coarse voxel (face neighbours), reaches:
+        ``(z, y, x)`` uint8, bit 1 the right lung, bit 2 the left one (both may be set). The
+        clean-up's :mod:`~segpipe.refine.components` keeps the lung pieces the coarse stage
+        supports."""
+        from scipy import ndimage
+
+        out = np.zeros(self.sides.shape, np.uint8)
+        for value in (1, 2):
+            side = self.sides == value
+            if side.any():
+                out |= ndimage.binary_dilation(side, structure=ndimage.generate_binary_structure(3, 1)).astype(np.uint8) * np.uint8(value)
+        return out
+
     def side_boundary_on(self, scan_spacing: tuple[float, ...]) -> np.ndarray:
         """:func:`segpipe.refine.side_boundary` of the coarse sides, per coarse ``(z, y)`` row,
         in x index units of the scan's grid."""

@@ -1,7 +1,13 @@
 """Always-on step ``components``: one connected lung per side, without holes.
 
-Per lung: keep the largest connected component; a dropped piece that touches the other lung's
-kept component joins that lung (the network mislabelled it), other pieces become background;
+Per lung: keep its main connected component: the one the coarse stage's lung of that side
+supports most (the largest one where that is unknown), so a larger pocket of bowel gas the fine
+network took for lung does not win over a small lung base. Where the scan's edge cuts a lung (the
+bases at the top of an abdominal scan, a field of view through the chest), the lung shows as
+several pieces that join beyond the view: every piece that reaches the scan's edge and lies
+mostly (``min_support``) in the coarse stage's lung of that side is kept too. A dropped piece
+that touches the other lung's kept component joins that lung (the network mislabelled it),
+other pieces become background;
 then fill what the lung encloses in each axial slice (every 3D cavity too). A lung smaller than
 ``min_ml`` after this is removed. Last, labels 1 and 2 are swapped when their centroids lie on
 the wrong sides (physical LPS x), with a warning.
@@ -9,6 +15,7 @@ the wrong sides (physical LPS x), with a warning.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +25,7 @@ from segpipe import spatial
 from segpipe.refine._util import FULL, IN_PLANE, bounding_box, component_sizes, label, map_parallel, touches
 from segpipe.refine.base import RuleReport, ScanContext
 
-__all__ = ["ComponentsParams", "largest_component", "fill_holes", "fill_slice_holes", "check_sides", "clean_lungs",
+__all__ = ["ComponentsParams", "largest_component", "lung_pieces", "fill_holes", "fill_slice_holes", "check_sides", "clean_lungs",
            "clean_lungs_array", "rule"]
 
 
@@ -26,9 +33,12 @@ __all__ = ["ComponentsParams", "largest_component", "fill_holes", "fill_slice_ho
 class ComponentsParams:
     """Args:
         min_ml: a lung smaller than this after the clean-up is removed.
+        min_support: a piece of a lung that the scan's edge cuts is kept when at least this
+            share of it lies in the coarse stage's lung of that side (grown by one coarse voxel).
     """
 
     min_ml: float = 5.0
+    min_support: float = 0.5
 
 
 def largest_component(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -45,6 +55,50 @@ def largest_component(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     sizes = component_sizes(labels, n)
     sizes[0] = 0
     keep[box] = labels == int(np.argmax(sizes))
+    return keep, mask & ~keep
+
+
+Support = Callable[[tuple[slice, slice, slice]], np.ndarray]
+"""A block of a lung's array (``(z, y, x)`` slices) -> the coarse stage's sided lungs there, as
+:attr:`segpipe.refine.base.ScanContext.lung_support` gives them (bit 1 right, bit 2 left)."""
+
+
+def lung_pieces(mask: np.ndarray, value: int, support: Support | None = None,
+                edge_faces: tuple[bool, ...] = (False,) * 6, min_support: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """Split one lung's boolean ``(z, y, x)`` mask into (kept, dropped) pieces (6-connected).
+
+    Kept: the piece with the most voxels in the coarse stage's lung of side ``value`` (1 right,
+    2 left) per ``support``, or the largest piece without ``support`` or where the coarse lung
+    holds none of them; and, with ``support``, every piece that reaches one of the array's faces
+    marked in ``edge_faces`` (``z-, z+, y-, y+, x-, x+``: the faces that are the scan's edge) with
+    at least ``min_support`` of its voxels in that coarse lung. Labels only the mask's bounding box."""
+    mask = np.asarray(mask, dtype=bool)
+    keep = np.zeros(mask.shape, bool)
+    box = bounding_box(mask)
+    if box is None:
+        return keep, keep.copy()
+    labels, n = label(mask[box])
+    if n <= 1:
+        return mask.copy(), keep
+    sizes = component_sizes(labels, n)
+    sizes[0] = 0
+    chosen = np.zeros(n + 1, bool)
+    main = int(np.argmax(sizes))
+    if support is not None:
+        backed = component_sizes(np.where((support(box) & np.uint8(value)) > 0, labels, 0), n)
+        backed[0] = 0
+        if backed.max() > 0:
+            main = int(np.argmax(backed))
+        at_edge = np.zeros(n + 1, bool)
+        for axis in range(3):
+            for end, face in ((0, 2 * axis), (-1, 2 * axis + 1)):
+                reaches = box[axis].start == 0 if end == 0 else box[axis].stop == mask.shape[axis]
+                if edge_faces[face] and reaches:
+                    at_edge[np.take(labels, end, axis=axis)] = True
+        at_edge[0] = False
+        chosen |= at_edge & (backed >= min_support * np.maximum(sizes, 1))
+    chosen[main] = True
+    keep[box] = chosen[labels]
     return keep, mask & ~keep
 
 
@@ -141,19 +195,30 @@ def clean_lungs_array(
     *,
     offset_xyz: tuple[int, int, int] = (0, 0, 0),
     min_volume_ml: float = 5.0,
+    support: Support | None = None,
+    min_support: float = 0.5,
 ) -> tuple[list[str], tuple[int, int]]:
     """:func:`clean_lungs` in place on a ``(z, y, x)`` uint8 array that is the part of
     ``reference``'s grid starting at index ``offset_xyz`` (the whole grid by default; the
-    cascade passes just the lungs' boxes, so a large scan is never copied). Returns the
-    warnings and the lung voxels (added, removed)."""
+    cascade passes just the lungs' boxes, so a large scan is never copied). With ``support``
+    (the coarse stage's sided lungs over a block of ``array``) each lung keeps the pieces
+    :func:`lung_pieces` keeps, else its largest. Returns the warnings and the lung voxels
+    (added, removed)."""
     # work inside the lungs' bounding box (plus one voxel): a fraction of a large scan
     box = bounding_box(array, pad=1)
     if box is None:
         return [], (0, 0)
     sub = array[box]
     before = np.count_nonzero(sub)
+    size_zyx = tuple(int(v) for v in reversed(spatial.Geometry.of(reference).size)) if support is not None else ()
+    start_zyx = [int(o) + int(s.start) for o, s in zip(reversed(offset_xyz), box)]
+    edge_faces = tuple(face for a in range(3) for face in (start_zyx[a] == 0, bool(size_zyx) and start_zyx[a] + sub.shape[a] == size_zyx[a]))
+    # (z-, z+, y-, y+, x-, x+): which faces of ``sub`` are the scan's own edge
+    sub_support = None if support is None else (
+        lambda block: support(tuple(slice(s.start + b.start, s.start + b.stop) for s, b in zip(box, block))))  # type: ignore[arg-type]
+
     # the two lungs in parallel (labelling and hole filling release the GIL)
-    parts = map_parallel(lambda i: largest_component(sub == i + 1), 2)
+    parts = map_parallel(lambda i: lung_pieces(sub == i + 1, i + 1, sub_support, edge_faces, min_support), 2)
     kept = {1: parts[0][0], 2: parts[1][0]}
     dropped = {1: parts[0][1], 2: parts[1][1]}
     del parts
@@ -189,6 +254,12 @@ def clean_lungs_array(
 
 def rule(mask: np.ndarray, ctx: ScanContext, p: ComponentsParams) -> tuple[np.ndarray, RuleReport]:
     """Clean the sided label array ``mask`` (scan grid, in place)."""
+    support = None
+    if ctx.lung_support is not None:
+        lookup = ctx.lung_support
+
+        def support(block: tuple[slice, slice, slice]) -> np.ndarray:
+            return np.stack([lookup(z)[block[1], block[2]] for z in range(block[0].start, block[0].stop)])
     warnings, (added, removed) = clean_lungs_array(mask, ctx.geometry, offset_xyz=ctx.offset_xyz,  # type: ignore[arg-type]
-                                                   min_volume_ml=p.min_ml)
+                                                   min_volume_ml=p.min_ml, support=support, min_support=p.min_support)
     return mask, RuleReport.of("components", ctx, added=added, removed=removed, warnings=warnings)
