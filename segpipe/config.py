@@ -502,7 +502,13 @@ class PhantomCoverageConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where training data comes from and how it is prepared."""
+    """Where training data comes from and how it is prepared.
+
+    ``margin_mm``: each lung's fine crop is its box plus this; ``fine_below_mm``: the crop goes
+    on this much further toward the feet, within the scan (0: not), so the fine stage also
+    learns the bowel under the bases, which it reads at inference where a region is widened
+    to a window or grows.
+    """
 
     cache_dir: str | None = None
     extra_phantoms: int = 0
@@ -514,10 +520,11 @@ class DataConfig:
     val_fraction: float = 0.2
     num_workers: int = 2
     margin_mm: float = 12.0
+    fine_below_mm: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.extra_phantoms < 0 or self.num_workers < 0 or self.margin_mm < 0:
-            raise ConfigError("data: expected extra_phantoms, num_workers and margin_mm >= 0")
+        if self.extra_phantoms < 0 or self.num_workers < 0 or self.margin_mm < 0 or self.fine_below_mm < 0:
+            raise ConfigError("data: expected extra_phantoms, num_workers, margin_mm and fine_below_mm >= 0")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction: expected 0 <= fraction < 1, got {self.val_fraction}")
         if not 0.0 <= self.phantom_abdomen_detail <= 1.0:

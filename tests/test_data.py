@@ -10,6 +10,7 @@ import pytest
 import SimpleITK as sitk
 
 from segpipe import io, spatial
+from segpipe.config import DataConfig
 from segpipe.errors import ConfigError
 from segpipe.model import normalise_hu
 from segpipe.train import data
@@ -168,6 +169,34 @@ def test_cache_crop_geometry_is_physical(tmp_path: Path) -> None:
     first_voxel = np.asarray(cached.fine["right"].origin_xyz)
     np.testing.assert_allclose(first_voxel, np.asarray(box.lo_xyz) + np.array([0.4, 0.35, 1.25]), atol=1e-4)
     assert (right == 1).sum() == (sitk.GetArrayViewFromImage(label) == 1).sum()
+
+
+def test_cache_fine_crop_reaches_below_the_lung_within_the_scan(tmp_path: Path) -> None:
+    """With ``below_mm`` a lung crop goes on toward the feet (what the fine stage reads below
+    the bases at inference), as far as the scan's first slice and no further: no made-up air."""
+    image, label = _pair(0, size=(32, 24, 40))
+    root = tmp_path / "pairs"
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    io.write_image(spatial.reorient(image, "RAS"), root / "images" / "a.nii.gz")
+    io.write_image(spatial.reorient(label, "RAS"), root / "labels" / "a.nii.gz")
+    box = spatial.box_from_mask(label, 1)
+    assert box is not None
+    canonical, _ = spatial.to_canonical(image)
+    spacing_z = canonical.GetSpacing()[2]
+    lowest = canonical.GetOrigin()[2]  # the scan's first slice toward the feet (LPS)
+    for below, expect_lo in ((0.0, box.lo_xyz[2]), (2.0 * spacing_z, box.lo_xyz[2] - 2.0 * spacing_z), (1000.0, -1e9)):
+        (cached,) = data.build_cache(data.discover(root), tmp_path / "cache", fine_spacing_mm=canonical.GetSpacing(), margin_mm=0.0,
+                                     below_mm=below)
+        crop = cached.fine["right"]
+        # the first voxel centre inside the box, or the scan's first slice
+        assert crop.origin_xyz[2] == pytest.approx(max(expect_lo + spacing_z / 2, lowest), abs=1e-4)
+        top = crop.origin_xyz[2] + (crop.shape_zyx[0] - 1) * crop.spacing_xyz[2]
+        assert top == pytest.approx(box.hi_xyz[2] - spacing_z / 2, abs=1e-4)  # the head end is unchanged
+        _, lbl = crop.load()
+        assert (lbl == 1).sum() == (sitk.GetArrayViewFromImage(label) == 1).sum()
+    with pytest.raises(ConfigError, match="fine_below_mm"):
+        DataConfig(fine_below_mm=-1.0)
 
 
 # ----------------------------------------------------------------------------- sampling

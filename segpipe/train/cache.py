@@ -110,6 +110,7 @@ def preprocess_case(
     fine_spacing_mm: tuple[float, float, float],
     margin_mm: float,
     coarse_size_xyz: tuple[int, int, int] | None = None,
+    below_mm: float = 0.0,
 ) -> CachedCase:
     """Preprocess one case into ``folder`` (see :func:`build_cache`)."""
     image, _ = spatial.to_canonical(io.read_image(case.image))
@@ -128,6 +129,10 @@ def preprocess_case(
         if box is None:
             continue
         box = box.expand(margin_mm)
+        if below_mm > 0:  # on down toward the feet, not past the scan's first slice (canonical LPS: z up)
+            lo = list(box.lo_xyz)
+            lo[2] = min(lo[2], max(lo[2] - below_mm, float(image.GetOrigin()[2])))
+            box = spatial.Box(tuple(lo), box.hi_xyz)  # type: ignore[arg-type]
         crop_img = spatial.crop_to_box(image, box, pad_value=-1024)
         crop_lbl = spatial.crop_to_box(label, box, pad_value=0)
         fine[side] = _save_volume(
@@ -146,13 +151,15 @@ def build_cache(
     fine_spacing_mm: tuple[float, float, float] = (1.5, 1.5, 1.5),
     margin_mm: float = 12.0,
     coarse_size_xyz: tuple[int, int, int] | None = None,
+    below_mm: float = 0.0,
     progress: bool = False,
 ) -> list[CachedCase]:
     """Preprocess ``cases`` once into ``cache_dir/<key>/`` and return them.
 
     Each case becomes a coarse volume (whole scan at ``coarse_spacing_mm``, or resampled to
     ``coarse_size_xyz`` voxels when that is given) and one crop per
-    lung (the lung's box plus ``margin_mm``, at ``fine_spacing_mm``), reoriented to LPS and
+    lung (the lung's box plus ``margin_mm``, and ``below_mm`` more toward the feet within the
+    scan, at ``fine_spacing_mm``), reoriented to LPS and
     stored as ``.npy`` (int16 HU, uint8 labels) for memory-mapped reading. The key hashes the
     settings and each file's path, size and modification time: an unchanged dataset reuses
     the cache, any change builds a new one. Cases are processed one at a time, so RAM stays
@@ -164,6 +171,7 @@ def build_cache(
         "fine_spacing_mm": list(fine_spacing_mm),
         "margin_mm": margin_mm,
         "coarse_size_xyz": list(coarse_size_xyz) if coarse_size_xyz else None,
+        **({"below_mm": below_mm} if below_mm else {}),  # (absent when off: earlier caches keep their key)
     }
     folder = Path(cache_dir) / _cache_key(cases, settings)
     folder.mkdir(parents=True, exist_ok=True)
@@ -187,7 +195,7 @@ def build_cache(
             continue
         cached = preprocess_case(
             case, folder, coarse_spacing_mm=coarse_spacing_mm, fine_spacing_mm=fine_spacing_mm, margin_mm=margin_mm,
-            coarse_size_xyz=coarse_size_xyz,
+            coarse_size_xyz=coarse_size_xyz, below_mm=below_mm,
         )
         done[case.name] = {"coarse": cached.coarse.to_json(), "fine": {k: v.to_json() for k, v in cached.fine.items()}}
         tmp = manifest_path.with_suffix(".tmp")
