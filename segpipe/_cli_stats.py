@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from segpipe._cli_args import _non_negative_float
+
 __all__ = ["add_stats"]
 
 
@@ -35,7 +37,7 @@ def add_stats(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", metavar="YAML", help="inference settings (as for segpipe infer)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="default: auto (CUDA when present)")
     p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None, help="no window overlap in the fine stage")
-    p.add_argument("--min-lung-ml", type=cli._non_negative_float, default=None, metavar="ML",
+    p.add_argument("--min-lung-ml", type=_non_negative_float, default=None, metavar="ML",
                    help="smallest lung that counts as found (as for segpipe infer)")
     cli._add_rule_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
