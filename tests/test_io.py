@@ -390,7 +390,7 @@ def test_gzip_inflate_checks_with_either_library(tmp_path: Path, monkeypatch: py
     import zlib
 
     if inflater == "zlib":
-        monkeypatch.setattr(io.image, "_ZLIB", zlib)
+        monkeypatch.setattr(io.nifti, "_ZLIB", zlib)
     image = make_volume(size_xyz=(40, 30, 20))
     good = io.write_image(image, tmp_path / "good.nii.gz")
     assert_same_image(io.read_image(good), image)

@@ -1,6 +1,7 @@
 """Reading and writing images with exact geometry (SimpleITK), and DICOM outputs.
 
-:mod:`segpipe.io.image` reads and writes images (NIfTI, NRRD, MetaImage, DICOM series in);
+:mod:`segpipe.io.image` reads and writes images (NIfTI, NRRD, MetaImage, DICOM series in), with
+:mod:`segpipe.io.nifti` checking and reading NIfTI files lean;
 :mod:`segpipe.io.dicom_out` writes a mask as DICOM SEG or RTSTRUCT next to its source series.
 Everything public is re-exported here, so ``from segpipe import io; io.read_image(...)`` works.
 
