@@ -960,3 +960,23 @@ def test_rules_command_lists_the_steps_in_order(model_path: Path, fat_off_model:
     assert main(["rules", "--model", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("segpipe rules: error:") and "snow_removal" in err[0]
+
+
+def test_confident_parts_drop_unsure_bowel_gas_before_the_sides_are_split() -> None:
+    """A large but unsure find (bowel gas) goes, so it cannot take a lung's place when the sides
+    are split; a small sure find counts where the scan's edge cuts it (a base at the top of an
+    abdominal scan), not inside the view."""
+    shape = (30, 20, 40)
+    mask = np.zeros(shape, bool)
+    confident = np.zeros(shape, bool)
+    mask[2:12, 2:12, 2:12] = True  # 1000 voxels of gas, 100 of them sure
+    confident[2:3, 2:12, 2:12] = True
+    mask[25:30, 2:8, 25:35] = True  # a base cut by the scan's top: 300 voxels, all sure
+    confident[25:30, 2:8, 25:35] = True
+    mask[14:19, 2:8, 25:35] = True  # the same inside the view
+    confident[14:19, 2:8, 25:35] = True
+    kept = coarse.confident_parts(mask, confident, voxel_ml=1.0, min_ml=500.0)  # a fifth: 100 mL at the edge
+    assert kept[27, 5, 30] and not kept[5, 5, 5] and not kept[16, 5, 30]
+    assert kept.sum() == 300
+    assert coarse.confident_parts(mask, confident, voxel_ml=1.0, min_ml=50.0).sum() == mask.sum()
+    assert not coarse.confident_parts(np.zeros(shape, bool), confident, 1.0, 50.0).any()

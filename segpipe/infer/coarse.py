@@ -26,8 +26,9 @@ from segpipe.refine import (
     skin_slack,
     split_sides,
 )
+from segpipe.refine._util import component_sizes, label
 
-__all__ = ["CoarseResult", "locate", "SIDES"]
+__all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
 SIDES = (("right", 1), ("left", 2))
 CUT_LUNG_SHARE = 0.2  # a lung the scan's edge cuts counts with this share of min_lung_ml
@@ -37,6 +38,23 @@ def _at_edge(mask: np.ndarray) -> bool:
     """Whether ``mask`` reaches a face of its array (the scan's edge)."""
     return bool(mask[0].any() or mask[-1].any() or mask[:, 0].any() or mask[:, -1].any()
                 or mask[:, :, 0].any() or mask[:, :, -1].any())
+
+
+def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, min_ml: float) -> np.ndarray:
+    """The components of the coarse lung ``mask`` (6-connected) that hold at least ``min_ml``
+    of ``confident`` lung, or :data:`CUT_LUNG_SHARE` of that where a component reaches the
+    scan's edge (a lung the view cuts shows only part of itself)."""
+    labels, n = label(mask)
+    if n == 0:
+        return np.zeros(mask.shape, bool)
+    sure_ml = component_sizes(np.where(confident, labels, 0), n) * voxel_ml
+    at_edge = np.zeros(n + 1, bool)
+    for axis in range(3):
+        for end in (0, -1):
+            at_edge[np.take(labels, end, axis=axis)] = True
+    keep = sure_ml >= np.where(at_edge, CUT_LUNG_SHARE * min_ml, min_ml)
+    keep[0] = False
+    return keep[labels]
 
 
 def positions_in(grid: spatial.Geometry, ref: spatial.Geometry) -> list[np.ndarray]:
@@ -175,12 +193,13 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     # the fine stage's lungs must lie inside the body itself (no slack: the chest wall is
     # thicker than a coarse voxel), the coarse lungs within one voxel of it (partial volume)
     body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body, padding=_padding_on(canonical, coarse_img, s))
-    sides = split_sides(lung & skin_slack(body), min_fraction=s.rules.sides.min_fraction,
-                        midline_x=body_midline_x(hu, s.rules.body.hu))
-    # a side counts only with enough confident lung: smaller or unsure finds are gas in the
-    # bowel or stomach of a scan without lungs. A lung the scan's edge cuts (the bases at the
-    # top of an abdominal scan, a slab) shows only part of itself: a fifth of that is enough
+    # a lung needs enough confident lung: smaller or unsure finds are gas in the bowel or
+    # stomach. A lung the scan's edge cuts (the bases at the top of an abdominal scan, a slab)
+    # shows only part of itself: a fifth of that is enough. Unsure finds go before the sides
+    # are split, so that larger pockets of bowel gas do not take the place of a small base
     voxel_ml = spatial.voxel_volume_ml(coarse_img)
+    found = confident_parts(lung & skin_slack(body), confident, voxel_ml, s.min_lung_ml)
+    sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=body_midline_x(hu, s.rules.body.hu))
     for value in (1, 2):
         side = sides == value
         needed = s.min_lung_ml * (CUT_LUNG_SHARE if _at_edge(side) else 1.0)
