@@ -758,6 +758,24 @@ def test_lung_on_a_face_counts_only_for_the_lungs_not_for_small_islands() -> Non
     assert on_faces(island, grid, box, faces) == ("x+",)  # alone, it is the lung
 
 
+def test_lung_on_a_face_grows_a_region_only_where_the_coarse_stage_found_that_lung() -> None:
+    """Bowel gas under the bases that the fine network took for lung, outside the coarse
+    stage's lungs, does not grow the region down the abdomen; a lung the coarse stage cut
+    short, which goes on from what it found, does."""
+    on_faces = regions.lung_on_faces
+    grid = spatial.Geometry((40, 30, 20), (2.0, 2.0, 2.0), (0.0, 0.0, 0.0), tuple(np.eye(3).ravel()))  # type: ignore[arg-type]
+    box = spatial.Box((10.0, 10.0, 10.0), (60.0, 50.0, 30.0))
+    lung = np.zeros((20, 30, 40), bool)
+    lung[5:14, 8:20, 8:28] = True  # on the z- face
+    support = np.zeros(lung.shape, np.uint8)
+    assert on_faces(lung, grid, box, regions.FACES, support) == ()  # gas: the coarse stage saw none of it
+    support[10:20, 8:20, 8:28] = 2  # the coarse stage found its upper part (4 of 9 slices)
+    assert on_faces(lung, grid, box, regions.FACES, support) == ("z-",)
+    support[:] = 0
+    support[13:20, 8:20, 8:28] = 1  # a slice of 9 in it: under a quarter
+    assert on_faces(lung, grid, box, regions.FACES, support) == ()
+
+
 # ----------------------------------------------------------------------------- clean-up rules as options
 #: rules off by default (the rule ablation: they add non-lung on scans other than segpipe.synthetic's)
 OFF_BY_DEFAULT = ("dense_lung", "dense_to_wall")

@@ -107,7 +107,7 @@ def scan_context(canvas: Canvas, source: ScanSource, coarse: CoarseResult, *, ke
     spacing = tuple(float(v) for v in canvas.geometry.GetSpacing())
     kc, jc, ic = coarse.scan_lookup(spacing, canvas.offset, canvas.array.shape)
     boundary = coarse.side_boundary_on(spacing)
-    support = coarse.lung_support()
+    support = coarse.support
     held = [source]
 
     def scan_hu() -> np.ndarray:

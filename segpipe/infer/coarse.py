@@ -10,10 +10,12 @@ and main bronchi are found on the same grid: the clean-up rules use them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import SimpleITK as sitk
+from scipy import ndimage
 
 from segpipe import spatial
 from segpipe.infer.settings import Settings, load_network, release_freed_memory
@@ -26,7 +28,7 @@ from segpipe.refine import (
     skin_slack,
     split_sides,
 )
-from segpipe.refine._util import component_sizes, label
+from segpipe.refine._util import FULL, component_sizes, label
 
 __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
@@ -149,19 +151,25 @@ class CoarseResult:
         ic = np.clip(np.round((np.arange(fx) + ox + 0.5) * sp_f[0] / sp_c[0] - 0.5).astype(int), 0, cx - 1)
         return kc, jc, ic
 
-    def lung_support(self) -> np.ndarray:
+    @cached_property
+    def support(self) -> np.ndarray:
         """Where each sided lung, grown by one coarse voxel (face neighbours), reaches:
         ``(z, y, x)`` uint8, bit 1 the right lung, bit 2 the left one (both may be set). The
-        clean-up's :mod:`~segpipe.refine.components` keeps the lung pieces the coarse stage
-        supports."""
-        from scipy import ndimage
-
+        fine lung the coarse stage supports: :mod:`~segpipe.refine.components` keeps its
+        pieces, and only it grows a fine region."""
         out = np.zeros(self.sides.shape, np.uint8)
         for value in (1, 2):
             side = self.sides == value
             if side.any():
-                out |= ndimage.binary_dilation(side, structure=ndimage.generate_binary_structure(3, 1)).astype(np.uint8) * np.uint8(value)
+                out |= ndimage.binary_dilation(side, structure=FULL).astype(np.uint8) * np.uint8(value)
         return out
+
+    def support_on(self, grid: spatial.Geometry) -> np.ndarray:
+        """:attr:`support` looked up (nearest voxel) on ``grid`` (canonical directions),
+        ``(z, y, x)`` uint8."""
+        index = [np.clip(np.round(pos).astype(int), 0, self.geometry.size[a] - 1)
+                 for a, pos in enumerate(positions_in(grid, self.geometry))]
+        return self.support[np.ix_(index[2], index[1], index[0])]
 
     def side_boundary_on(self, scan_spacing: tuple[float, ...]) -> np.ndarray:
         """:func:`segpipe.refine.side_boundary` of the coarse sides, per coarse ``(z, y)`` row,

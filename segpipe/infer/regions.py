@@ -25,6 +25,7 @@ FACES = ("x-", "x+", "y-", "y+", "z-", "z+")
 FIT_TRIM_MM = 3.0  # a fine region gives up at most this much margin per side to save windows
 GROW_MIN_MM2 = 200.0  # lung on a fine region's face over this area: the lung goes on past it
 GROW_ROUNDS = 3  # a fine region grows at most this many times (one window row per face each time)
+GROW_SUPPORT_SHARE = 0.25  # lung on a face grows a region only with this share of it in the coarse stage's lungs
 
 
 @dataclass(frozen=True)
@@ -169,11 +170,15 @@ def growable_faces(geometry: spatial.Geometry, region: Region, s: Settings) -> t
     return tuple(f for f in faces if f != medial and _grow_box(geometry, region.box, (f,), s)[1][FACES.index(f)] > 1e-3)
 
 
-def lung_on_faces(lung: np.ndarray, grid: spatial.Geometry, box: spatial.Box, faces: tuple[str, ...]) -> tuple[str, ...]:
+def lung_on_faces(lung: np.ndarray, grid: spatial.Geometry, box: spatial.Box, faces: tuple[str, ...],
+                  support: np.ndarray | None = None) -> tuple[str, ...]:
     """Which of ``faces`` of ``box`` the ``(z, y, x)`` lung mask on ``grid`` (canonical
     directions) covers over more than :data:`GROW_MIN_MM2`: its outermost planes of voxels
-    inside the box. Only the lungs count (components of at least a fifth of the largest one):
-    bowel gas that the network took for lung is a small island, and is cleared later anyway."""
+    inside the box. Only the lungs count: components of at least a fifth of the largest one
+    and, given the coarse stage's lungs on ``grid`` as ``support``, with at least
+    :data:`GROW_SUPPORT_SHARE` of their voxels in them (a lung the coarse stage cut short goes
+    on from what it found; bowel gas that the network took for lung, below the bases of an
+    abdominal scan, does not, and must not pull the region down the abdomen)."""
     if not faces:
         return ()
     corners = spatial._physical_to_index(grid, np.array([box.lo_xyz, box.hi_xyz], float))
@@ -197,7 +202,11 @@ def lung_on_faces(lung: np.ndarray, grid: spatial.Geometry, box: spatial.Box, fa
     labels, n = label(inside)
     sizes = component_sizes(labels, n)
     sizes[0] = 0
-    return tuple(planes((sizes >= 0.2 * sizes.max())[labels]))
+    keep = sizes >= 0.2 * sizes.max()
+    if support is not None:
+        held = support[first[2]:last[2] + 1, first[1]:last[1] + 1, first[0]:last[0] + 1] > 0
+        keep &= component_sizes(np.where(held, labels, 0), n) >= GROW_SUPPORT_SHARE * sizes
+    return tuple(planes(keep[labels]))
 
 
 def in_scan(grid: spatial.Geometry | sitk.Image, scan: spatial.Geometry) -> np.ndarray:
