@@ -1177,7 +1177,7 @@ def test_describe_gives_nine_numbered_lines_in_order() -> None:
         assert step.summary in line
     assert "[hu=-975.0, smooth_mm=1.0" in lines[2]  # the parameters, without "enabled"
     assert "enabled" not in "".join(lines)
-    assert lines[8].endswith("[min_ml=5.0]")
+    assert lines[8].endswith("[min_ml=5.0, min_support=0.5]")
     changed = describe(RuleSet().updated({"dense_lung": False, "pleural_air": {"min_ml": 20}}))
     assert changed[0].split()[3] == "off" and changed[2].split()[3] == "on" and "min_ml=20.0" in changed[2]
     assert changed[1:2] + changed[3:] == lines[1:2] + lines[3:]

@@ -14,7 +14,7 @@ Order (docs/pipeline.md has the table):
  6         fat            scan   fat goes
  7         edge_snap      scan   aerated lung's edge moves onto the scan's air/tissue edge
  8         sides          scan   always on: right / left from physical geometry
- 9         components     scan   always on: one component per lung, holes, label check
+ 9         components     scan   always on: the lung pieces the coarse stage backs, holes
 ========  ==============  =====  ==========================================================
 
 The fine-grid steps run on each fine region's lattice before its probabilities go back to the
@@ -61,7 +61,7 @@ STEPS: tuple[Step, ...] = (
     Step("fat", "scan", fat.rule, True, "fat goes"),
     Step("edge_snap", "scan", edge_snap.rule, True, "aerated lung's edge moves onto the scan's air/tissue boundary"),
     Step("sides", "scan", sides.rule, False, "right / left from the boundary between the coarse stage's lungs", False),
-    Step("components", "scan", components.rule, False, "one component per lung, holes filled, tiny lungs dropped, label check",
+    Step("components", "scan", components.rule, False, "the lung pieces the coarse stage supports, holes filled, tiny lungs dropped, label check",
          False),
 )
 _BY_NAME = {s.name: s for s in STEPS}
