@@ -125,5 +125,5 @@ def scan_context(canvas: Canvas, source: ScanSource, coarse: CoarseResult, *, ke
         airways=lambda z: coarse.airways[kc[z]][np.ix_(jc, ic)],
         side_boundary=lambda z: boundary[kc[z], jc],
         geometry=canvas.geometry, offset_xyz=canvas.offset,
-        lung_support=lambda z: support[kc[z]][np.ix_(jc, ic)],
+        lung_support=lambda block: support[np.ix_(kc[block[0]], jc[block[1]], ic[block[2]])],
     )

@@ -70,9 +70,9 @@ class ScanContext:
             coarse stage's sided lungs.
         geometry: the canonical scan's grid (volumes and physical sides).
         offset_xyz: index of the region's first voxel on that grid.
-        lung_support: slice ``z`` -> ``(y, x)`` uint8 where the coarse stage's sided lungs,
-            each grown by one coarse voxel, reach: bit 1 the right lung, bit 2 the left one
-            (``None``: unknown, and a lung keeps its largest piece).
+        lung_support: a block of the region (``(z, y, x)`` slices) -> uint8 where the coarse
+            stage's sided lungs, each grown by one coarse voxel, reach there: bit 1 the right
+            lung, bit 2 the left one (``None``: unknown, and a lung keeps its largest piece).
     """
 
     scan_hu: Callable[[], np.ndarray]
@@ -83,7 +83,7 @@ class ScanContext:
     side_boundary: Callable[[int], np.ndarray]
     geometry: object
     offset_xyz: tuple[int, int, int]
-    lung_support: Callable[[int], np.ndarray] | None = None
+    lung_support: Callable[[tuple[slice, slice, slice]], np.ndarray] | None = None
 
     grid = "scan"
 

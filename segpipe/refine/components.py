@@ -58,6 +58,7 @@ def largest_component(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keep, mask & ~keep
 
 
+DOMINANT_SHARE = 0.9  # a lung's largest piece with this share of its voxels is its main piece without a lookup
 Support = Callable[[tuple[slice, slice, slice]], np.ndarray]
 """A block of a lung's array (``(z, y, x)`` slices) -> the coarse stage's sided lungs there, as
 :attr:`segpipe.refine.base.ScanContext.lung_support` gives them (bit 1 right, bit 2 left)."""
@@ -85,10 +86,6 @@ def lung_pieces(mask: np.ndarray, value: int, support: Support | None = None,
     chosen = np.zeros(n + 1, bool)
     main = int(np.argmax(sizes))
     if support is not None:
-        backed = component_sizes(np.where((support(box) & np.uint8(value)) > 0, labels, 0), n)
-        backed[0] = 0
-        if backed.max() > 0:
-            main = int(np.argmax(backed))
         at_edge = np.zeros(n + 1, bool)
         for axis in range(3):
             for end, face in ((0, 2 * axis), (-1, 2 * axis + 1)):
@@ -96,7 +93,14 @@ def lung_pieces(mask: np.ndarray, value: int, support: Support | None = None,
                 if edge_faces[face] and reaches:
                     at_edge[np.take(labels, end, axis=axis)] = True
         at_edge[0] = False
-        chosen |= at_edge & (backed >= min_support * np.maximum(sizes, 1))
+        # a whole lung with specks beside it (the usual case) needs no lookup: its largest
+        # piece holds nearly all of it and is the one the coarse stage found
+        if np.count_nonzero(at_edge) > at_edge[main] or sizes[main] < DOMINANT_SHARE * sizes.sum():
+            backed = component_sizes(np.where((support(box) & np.uint8(value)) > 0, labels, 0), n)
+            backed[0] = 0
+            if backed.max() > 0:
+                main = int(np.argmax(backed))
+            chosen |= at_edge & (backed >= min_support * np.maximum(sizes, 1))
     chosen[main] = True
     keep[box] = chosen[labels]
     return keep, mask & ~keep
@@ -254,12 +258,6 @@ def clean_lungs_array(
 
 def rule(mask: np.ndarray, ctx: ScanContext, p: ComponentsParams) -> tuple[np.ndarray, RuleReport]:
     """Clean the sided label array ``mask`` (scan grid, in place)."""
-    support = None
-    if ctx.lung_support is not None:
-        lookup = ctx.lung_support
-
-        def support(block: tuple[slice, slice, slice]) -> np.ndarray:
-            return np.stack([lookup(z)[block[1], block[2]] for z in range(block[0].start, block[0].stop)])
     warnings, (added, removed) = clean_lungs_array(mask, ctx.geometry, offset_xyz=ctx.offset_xyz,  # type: ignore[arg-type]
-                                                   min_volume_ml=p.min_ml, support=support, min_support=p.min_support)
+                                                   min_volume_ml=p.min_ml, support=ctx.lung_support, min_support=p.min_support)
     return mask, RuleReport.of("components", ctx, added=added, removed=removed, warnings=warnings)
