@@ -44,18 +44,7 @@ class ComponentsParams:
 def largest_component(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Split a boolean mask into (largest 6-connected component, everything else). Labels
     only the mask's bounding box (one lung is a fraction of the lungs' box)."""
-    mask = np.asarray(mask, dtype=bool)
-    keep = np.zeros(mask.shape, bool)
-    box = bounding_box(mask)
-    if box is None:
-        return keep, keep.copy()
-    labels, n = label(mask[box])
-    if n <= 1:
-        return mask.copy(), keep
-    sizes = component_sizes(labels, n)
-    sizes[0] = 0
-    keep[box] = labels == int(np.argmax(sizes))
-    return keep, mask & ~keep
+    return lung_pieces(mask, 1)
 
 
 DOMINANT_SHARE = 0.9  # a lung's largest piece with this share of its voxels is its main piece without a lookup
