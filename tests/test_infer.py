@@ -772,8 +772,10 @@ def test_lung_on_a_face_grows_a_region_only_where_the_coarse_stage_found_that_lu
     support[10:20, 8:20, 8:28] = 2  # the coarse stage found its upper part (4 of 9 slices)
     assert on_faces(lung, grid, box, regions.FACES, support) == ("z-",)
     support[:] = 0
-    support[13:20, 8:20, 8:28] = 1  # a slice of 9 in it: under a quarter
+    support[13:20, 8:9, 8:28] = 1  # a row of one slice of 9 in it: under a twentieth
     assert on_faces(lung, grid, box, regions.FACES, support) == ()
+    support[13:20, 8:20, 8:28] = 1  # a slice of 9 (a cardiac crop's coarse stage finds little): enough
+    assert on_faces(lung, grid, box, regions.FACES, support) == ("z-",)
 
 
 # ----------------------------------------------------------------------------- clean-up rules as options

@@ -25,7 +25,7 @@ FACES = ("x-", "x+", "y-", "y+", "z-", "z+")
 FIT_TRIM_MM = 3.0  # a fine region gives up at most this much margin per side to save windows
 GROW_MIN_MM2 = 200.0  # lung on a fine region's face over this area: the lung goes on past it
 GROW_ROUNDS = 3  # a fine region grows at most this many times (one window row per face each time)
-GROW_SUPPORT_SHARE = 0.25  # lung on a face grows a region only with this share of it in the coarse stage's lungs
+GROW_SUPPORT_SHARE = 0.05  # lung on a face grows a region only with this share of it in the coarse stage's lungs
 
 
 @dataclass(frozen=True)
