@@ -28,7 +28,7 @@ from segpipe.refine import (
     skin_slack,
     split_sides,
 )
-from segpipe.refine._util import FULL, component_sizes, label
+from segpipe.refine._util import FULL, component_sizes, label, on_faces
 
 __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
@@ -50,11 +50,7 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
     if n == 0:
         return np.zeros(mask.shape, bool)
     sure_ml = component_sizes(np.where(confident, labels, 0), n) * voxel_ml
-    at_edge = np.zeros(n + 1, bool)
-    for axis in range(3):
-        for end in (0, -1):
-            at_edge[np.take(labels, end, axis=axis)] = True
-    keep = sure_ml >= np.where(at_edge, CUT_LUNG_SHARE * min_ml, min_ml)
+    keep = sure_ml >= np.where(on_faces(labels, n), CUT_LUNG_SHARE * min_ml, min_ml)
     keep[0] = False
     return keep[labels]
 
@@ -107,10 +103,7 @@ class CoarseResult:
     def inside_on(self, grid: spatial.Geometry) -> np.ndarray:
         """The body less the airways, looked up (nearest voxel) on ``grid`` (canonical
         directions), as a ``(z, y, x)`` array."""
-        index = [np.clip(np.round(pos).astype(int), 0, self.geometry.size[a] - 1)
-                 for a, pos in enumerate(positions_in(grid, self.geometry))]
-        inside = self.body & ~self.airways
-        return inside[np.ix_(index[2], index[1], index[0])]
+        return self._nearest_on(self.body & ~self.airways, grid)
 
     def prior_on(self, lattice: sitk.Image | spatial.Geometry) -> np.ndarray:
         """The coarse lung resampled (linear) onto ``lattice``, ``(z, y, x)`` float32."""
@@ -167,9 +160,14 @@ class CoarseResult:
     def support_on(self, grid: spatial.Geometry) -> np.ndarray:
         """:attr:`support` looked up (nearest voxel) on ``grid`` (canonical directions),
         ``(z, y, x)`` uint8."""
+        return self._nearest_on(self.support, grid)
+
+    def _nearest_on(self, array: np.ndarray, grid: spatial.Geometry) -> np.ndarray:
+        """``array`` (on the coarse grid) looked up at the nearest coarse voxel of each voxel
+        of ``grid`` (canonical directions)."""
         index = [np.clip(np.round(pos).astype(int), 0, self.geometry.size[a] - 1)
                  for a, pos in enumerate(positions_in(grid, self.geometry))]
-        return self.support[np.ix_(index[2], index[1], index[0])]
+        return array[np.ix_(index[2], index[1], index[0])]
 
     def side_boundary_on(self, scan_spacing: tuple[float, ...]) -> np.ndarray:
         """:func:`segpipe.refine.side_boundary` of the coarse sides, per coarse ``(z, y)`` row,

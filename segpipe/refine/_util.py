@@ -97,6 +97,18 @@ def face_neighbour_of(mask: np.ndarray) -> np.ndarray:
     return out
 
 
+def on_faces(labels: np.ndarray, n: int, faces: tuple[bool, ...] = (True,) * 6) -> np.ndarray:
+    """Per label ``0..n`` of an integer label array, whether it reaches one of the array's faces
+    marked in ``faces`` (``axis 0 low, axis 0 high, axis 1 low, ...``); label 0 is never marked."""
+    out = np.zeros(n + 1, bool)
+    for axis in range(labels.ndim):
+        for end, face in ((0, 2 * axis), (-1, 2 * axis + 1)):
+            if faces[face]:
+                out[np.take(labels, end, axis=axis)] = True
+    out[0] = False
+    return out
+
+
 def touches(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per component of ``a``: a mask of the components that touch ``b`` (face neighbours).
     Works inside ``a``'s bounding box plus one voxel."""

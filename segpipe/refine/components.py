@@ -22,7 +22,7 @@ import numpy as np
 import SimpleITK as sitk
 
 from segpipe import spatial
-from segpipe.refine._util import FULL, IN_PLANE, bounding_box, component_sizes, label, map_parallel, touches
+from segpipe.refine._util import FULL, IN_PLANE, bounding_box, component_sizes, label, map_parallel, on_faces, touches
 from segpipe.refine.base import RuleReport, ScanContext
 
 __all__ = ["ComponentsParams", "largest_component", "lung_pieces", "fill_holes", "fill_slice_holes", "check_sides", "clean_lungs",
@@ -75,13 +75,10 @@ def lung_pieces(mask: np.ndarray, value: int, support: Support | None = None,
     chosen = np.zeros(n + 1, bool)
     main = int(np.argmax(sizes))
     if support is not None:
-        at_edge = np.zeros(n + 1, bool)
-        for axis in range(3):
-            for end, face in ((0, 2 * axis), (-1, 2 * axis + 1)):
-                reaches = box[axis].start == 0 if end == 0 else box[axis].stop == mask.shape[axis]
-                if edge_faces[face] and reaches:
-                    at_edge[np.take(labels, end, axis=axis)] = True
-        at_edge[0] = False
+        # a face of the box is the scan's edge where the box reaches that face of ``mask``
+        reaches = [edge and (b.start == 0 if face % 2 == 0 else b.stop == mask.shape[face // 2])
+                   for face, (edge, b) in enumerate(zip(edge_faces, (box[0], box[0], box[1], box[1], box[2], box[2])))]
+        at_edge = on_faces(labels, n, tuple(reaches))
         # a whole lung with specks beside it (the usual case) needs no lookup: its largest
         # piece holds nearly all of it and is the one the coarse stage found
         if np.count_nonzero(at_edge) > at_edge[main] or sizes[main] < DOMINANT_SHARE * sizes.sum():
