@@ -428,13 +428,15 @@ def _coarse_phantom() -> tuple[sitk.Image, np.ndarray]:
 def _locate(seg: infer.LungSegmenter, image: sitk.Image, label: np.ndarray, confident: np.ndarray,
             monkeypatch: pytest.MonkeyPatch) -> tuple[coarse.CoarseResult, list[str]]:
     """:func:`coarse.locate` on ``image`` at its own spacing, with a network whose lung is
-    ``label`` (background probability 0.05 where ``confident``, 0.3 elsewhere in the lungs)."""
+    ``label`` (background probability 0.05 where ``confident``, 0.3 elsewhere in the lungs; the
+    rest in the class of ``label``'s side)."""
     import segpipe.model
 
     def fake_probs(net, array, stage, window_hu, device, **kwargs):  # type: ignore[no-untyped-def]
         assert net == "coarse net" and array.shape == label.shape
         background = np.where(label > 0, np.where(confident, 0.05, 0.3), 1.0).astype(np.float32)
-        return torch.from_numpy(np.stack([background, 1.0 - background, np.zeros_like(background)]))
+        lung = 1.0 - background
+        return torch.from_numpy(np.stack([background, np.where(label == 2, 0.0, lung), np.where(label == 2, lung, 0.0)]))
 
     monkeypatch.setattr(coarse, "load_network", lambda *args: "coarse net")
     monkeypatch.setattr(segpipe.model, "sliding_window_probs", fake_probs)
@@ -471,17 +473,17 @@ def test_a_side_needs_min_lung_ml_of_confident_coarse_lung(model_path: Path, mon
         infer.LungSegmenter.from_file(model_path, device="cpu", min_lung_ml=-1)
 
 
-def test_a_lung_the_scans_edge_cuts_needs_a_fifth_of_min_lung_ml(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lung_the_scans_edge_cuts_needs_a_twentieth_of_min_lung_ml(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The lung bases at the top of an abdominal scan show only part of themselves: a side
-    whose coarse lung reaches a face of the scan counts with a fifth of ``min_lung_ml``; the
-    same small find inside the scan does not (bowel gas)."""
+    whose coarse lung reaches a face of the scan counts with a twentieth of ``min_lung_ml``
+    (2.5 mL); the same small find inside the scan does not (bowel gas)."""
     image, label = _coarse_phantom()
     hu = sitk.GetArrayFromImage(image)
     hu[38:, 4:36, 4:36] = 40.0  # the scan ends inside the body, as an abdominal scan's top does
     seg = infer.LungSegmenter.from_file(model_path, device="cpu")
     small = label.copy()
     small[small == 2] = 0
-    small[30:38, 20:28, 24:32] = 2  # 512 voxels, 32.8 mL: below 50 mL, above 10 mL
+    small[30:38, 20:28, 24:32] = 2  # 512 voxels, 32.8 mL: below 50 mL, above 2.5 mL
     hu[label > 0] = 40.0
     hu[(small > 0) | (label == 1)] = -850.0
     image = spatial.copy_geometry(hu, image)
@@ -496,9 +498,31 @@ def test_a_lung_the_scans_edge_cuts_needs_a_fifth_of_min_lung_ml(model_path: Pat
     at_edge, _ = _locate(seg, image, cut, cut > 0, monkeypatch)
     assert set(at_edge.boxes) == {"right", "left"}
     tiny = cut.copy()
-    tiny[32:38] = np.where(tiny[32:38] == 2, 0, tiny[32:38])  # 128 voxels, 8.2 mL: below 10 mL
+    tiny[tiny == 2] = 0
+    tiny[38:40, 20:24, 24:28] = 2  # 32 voxels, 2.0 mL: below 2.5 mL
     too_small, _ = _locate(seg, image, tiny, tiny > 0, monkeypatch)
     assert set(too_small.boxes) == {"right"}
+
+
+def test_two_pieces_of_a_cut_base_are_one_lung(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The top of an abdominal scan cuts the left recess into an anterior and a posterior piece,
+    both larger than the right base's tip: the coarse stage sides both pieces left (the body's
+    midline and the network's class agree) and the small piece across the midline right, so
+    the left box spans both pieces."""
+    image, _ = _coarse_phantom()
+    hu = sitk.GetArrayFromImage(image)
+    hu[2:, 4:36, 4:36] = 40.0  # the scan's top slice cuts the body
+    label = np.zeros(hu.shape, np.uint8)
+    label[34:40, 8:14, 22:28] = 2  # anterior piece: 216 voxels, 13.8 mL
+    label[34:40, 24:32, 26:34] = 2  # posterior piece: 384 voxels, 24.6 mL
+    label[37:40, 24:28, 8:12] = 1  # the right recess's tip: 48 voxels, 3.1 mL
+    hu[label > 0] = -850.0
+    found, warnings = _locate(infer.LungSegmenter.from_file(model_path, device="cpu"), spatial.copy_geometry(hu, image),
+                              label, label > 0, monkeypatch)
+    assert warnings == [] and set(found.boxes) == {"right", "left"}
+    np.testing.assert_array_equal(found.sides, label)
+    left = found.boxes["left"]
+    assert left.lo_xyz[1] <= 8 * 4.0 and left.hi_xyz[1] >= 31 * 4.0  # y: from the anterior piece to the posterior one
 
 
 # ----------------------------------------------------------------------------- regions
@@ -995,7 +1019,7 @@ def test_confident_parts_drop_unsure_bowel_gas_before_the_sides_are_split() -> N
     confident[25:30, 2:8, 25:35] = True
     mask[14:19, 2:8, 25:35] = True  # the same inside the view
     confident[14:19, 2:8, 25:35] = True
-    kept = coarse.confident_parts(mask, confident, voxel_ml=1.0, min_ml=500.0)  # a fifth: 100 mL at the edge
+    kept = coarse.confident_parts(mask, confident, voxel_ml=1.0, min_ml=500.0)  # a twentieth: 25 mL at the edge
     assert kept[27, 5, 30] and not kept[5, 5, 5] and not kept[16, 5, 30]
     assert kept.sum() == 300
     assert coarse.confident_parts(mask, confident, voxel_ml=1.0, min_ml=50.0).sum() == mask.sum()

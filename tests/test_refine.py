@@ -136,6 +136,27 @@ def test_a_collapsed_lung_beside_a_whole_one_is_kept() -> None:
     assert not sides[across].any()
 
 
+def test_two_pieces_of_one_cut_lung_are_that_lung() -> None:
+    """The top of an abdominal scan cuts the left recess into two pieces larger than the
+    right base: with the midline and the coarse network's side vote agreeing, both pieces are
+    the left lung and the small piece on the right is the right lung. Without the vote the
+    two largest stay two lungs (sided by their mean x); a vote that disagrees changes nothing."""
+    lungs = np.zeros((20, 30, 40), bool)
+    lungs[15:20, 5:12, 24:30] = True  # left recess, anterior piece
+    lungs[15:20, 18:26, 31:38] = True  # left recess, posterior piece
+    lungs[17:20, 20:23, 6:9] = True  # right base: small
+    left_vote = np.zeros(lungs.shape, bool)
+    left_vote[:, :, 20:] = True
+    sides = split_sides(lungs, midline_x=19.5, left_vote=left_vote)
+    assert (sides[:, :, 20:][lungs[:, :, 20:]] == 2).all()
+    assert (sides[:, :, :20][lungs[:, :, :20]] == 1).all()
+    without = split_sides(lungs, midline_x=19.5)
+    assert set(np.unique(without[lungs]).tolist()) == {0, 1, 2} and not without[:, :, :20].any()
+    np.testing.assert_array_equal(split_sides(lungs, midline_x=19.5, left_vote=~left_vote), without)
+    whole = _lungs() > 0  # two whole lungs: the vote changes nothing
+    np.testing.assert_array_equal(split_sides(whole, midline_x=19.5, left_vote=_lungs() == 2), _lungs())
+
+
 def test_body_interior_holds_the_lungs_not_the_air_around_the_patient() -> None:
     hu = np.full((6, 60, 80), -1000.0, np.float32)  # air all around
     yy, xx = np.mgrid[:60, :80]

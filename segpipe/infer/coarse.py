@@ -2,8 +2,8 @@
 
 The whole scan is resampled to the coarse spacing (4 mm by default) and run through the coarse
 network. Its lung is split into the patient's right and left from geometry; a side counts only
-with ``min_lung_ml`` of confident lung; each side's box (physical mm, with the training margin
-and one coarse voxel) is where the fine stage looks. The body (inside the skin) and the trachea
+with ``min_lung_ml`` of confident lung (a twentieth where the scan's edge cuts it); each side's
+box (physical mm, with the training margin and one coarse voxel) is where the fine stage looks. The body (inside the skin) and the trachea
 and main bronchi are found on the same grid: the clean-up rules use them.
 """
 
@@ -33,7 +33,7 @@ from segpipe.refine._util import FULL, component_sizes, label, on_faces
 __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
 SIDES = (("right", 1), ("left", 2))
-CUT_LUNG_SHARE = 0.2  # a lung the scan's edge cuts counts with this share of min_lung_ml
+CUT_LUNG_SHARE = 0.05  # a lung the scan's edge cuts counts with this share of min_lung_ml
 
 
 def _at_edge(mask: np.ndarray) -> bool:
@@ -189,6 +189,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     probs = sliding_window_probs(net, array, s.coarse, s.window_hu, s.device, accumulate_on=s.device,
                                  sw_batch=s.window_batch(s.coarse), overlap=s.coarse.overlap)
     lung = any_lung(probs)
+    left_vote = (probs[2] > probs[1]).numpy()
     confident = (probs[0] <= 1.0 - s.confident).numpy()
     del net, probs, array
     if s.device.type == "cuda":
@@ -201,11 +202,14 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body, padding=_padding_on(canonical, coarse_img, s))
     # a lung needs enough confident lung: smaller or unsure finds are gas in the bowel or
     # stomach. A lung the scan's edge cuts (the bases at the top of an abdominal scan, a slab)
-    # shows only part of itself: a fifth of that is enough. Unsure finds go before the sides
-    # are split, so that larger pockets of bowel gas do not take the place of a small base
+    # shows only part of itself, a few mL at the tip of a recess: a twentieth is enough. Unsure
+    # finds go before the sides are split, so that larger pockets of bowel gas do not take the
+    # place of a small base. The network's side only confirms that two pieces on one side of
+    # the body's midline are one lung that the scan's edge cuts (a recess cut into pieces)
     voxel_ml = spatial.voxel_volume_ml(coarse_img)
     found = confident_parts(lung & skin_slack(body), confident, voxel_ml, s.min_lung_ml)
-    sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=body_midline_x(hu, s.rules.body.hu))
+    sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=body_midline_x(hu, s.rules.body.hu),
+                        left_vote=left_vote)
     for value in (1, 2):
         side = sides == value
         needed = s.min_lung_ml * (CUT_LUNG_SHARE if _at_edge(side) else 1.0)

@@ -54,7 +54,15 @@ def _left_share(mask: np.ndarray, midline_x: float) -> float:
     return float(counts[np.arange(counts.size) > midline_x].sum()) / max(1, int(counts.sum()))
 
 
-def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None) -> np.ndarray:
+def _one_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int:
+    """1 (right) or 2 (left) where nine tenths of ``mask`` lie on that side of ``midline_x``
+    and as much of it is that side by ``left_vote``; 0 otherwise."""
+    share, vote = _left_share(mask, midline_x), float(left_vote[mask].mean())
+    return 2 if min(share, vote) > 0.9 else 1 if max(share, vote) < 0.1 else 0
+
+
+def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None,
+                left_vote: np.ndarray | None = None) -> np.ndarray:
     """Label a lung mask by side from geometry alone: 1 right, 2 left.
 
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
@@ -67,6 +75,12 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     by that position: a scan with one lung is not cut in two. Then a second component smaller
     than ``min_fraction`` of the largest still counts as the other lung when the two lie
     almost entirely on opposite sides of it: a collapsed lung beside a whole one.
+
+    With ``left_vote`` as well (per voxel, whether the coarse network calls it the left lung
+    rather than the right), two largest components that both lie on one side of the midline
+    and are that side by the vote are pieces of one lung (a lung the scan's edge cuts into
+    pieces: the costophrenic recess at the top of an abdominal scan); the other lung is then
+    the largest remaining component on the other side by both.
     """
     labels, n = label(lungs)
     out = np.zeros(lungs.shape, np.uint8)
@@ -81,6 +95,14 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         shares = [_left_share(labels == i, midline_x) for i in order[:2]]
         if min(shares) < 0.1 and max(shares) > 0.9:
             big = order[:2]
+    if len(big) >= 2 and midline_x is not None and left_vote is not None:
+        side = _one_side(labels == big[0], midline_x, left_vote)
+        if side and _one_side(labels == big[1], midline_x, left_vote) == side:
+            out[(labels == big[0]) | (labels == big[1])] = side
+            other = next((i for i in order if i not in big[:2] and _one_side(labels == i, midline_x, left_vote) == 3 - side), None)
+            if other is not None:
+                out[labels == other] = 3 - side
+            return out
     if len(big) >= 2:
         a, b = big[0], big[1]
         right, left = (a, b) if np.nonzero(labels == a)[2].mean() < np.nonzero(labels == b)[2].mean() else (b, a)
