@@ -133,6 +133,19 @@ def _dice(a: np.ndarray, b: np.ndarray) -> float:
     return 1.0 if s == 0 else 2.0 * int((a & b).sum()) / s
 
 
+def crop_of(canonical: sitk.Image, ref_a: np.ndarray, crop: str) -> tuple[sitk.Image, np.ndarray]:
+    """The ``crop`` of a canonical scan and of its whole-scan mask ``ref_a`` (``(z, y, x)``):
+    the cut image (with the scanner's circle and padding for a ``_circle`` crop) and the mask
+    cut the same way (nothing outside the circle: it is not in the scan)."""
+    sl = _crop_slices(ref_a > 0, canonical.GetSpacing(), crop)
+    img = _crop(canonical, sl)
+    r = ref_a[sl].copy()
+    if "_circle" in crop:
+        r[:, outside_circle(img)] = 0
+        img = _circle(img, -float(crop.split("_circle")[1]))
+    return img, r
+
+
 def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None, qc_dir: Path | None = None) -> list[dict[str, Any]]:
     """All crops of one case: per crop and lung, Dice and volumes (and a QC picture of each
     crop's mask in ``qc_dir``)."""
@@ -147,12 +160,7 @@ def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None, q
     voxel_ml = float(np.prod(canonical.GetSpacing())) / 1000.0
     rows = []
     for crop in CROPS:
-        sl = _crop_slices(ref_a > 0, canonical.GetSpacing(), crop)
-        img = _crop(canonical, sl)
-        r = ref_a[sl].copy()
-        if "_circle" in crop:  # what lies outside the scanner's circle is not in the scan
-            r[:, outside_circle(img)] = 0
-            img = _circle(img, -float(crop.split("_circle")[1]))
+        img, r = crop_of(canonical, ref_a, crop)
         t = time.perf_counter()
         result = seg.predict_with_report(img)
         pred = sitk.GetArrayFromImage(result.label)

@@ -59,16 +59,9 @@ def _cases(args: argparse.Namespace) -> dict[str, list[tuple[str, sitk.Image, si
         canonical, _ = spatial.to_canonical(image)
         ref_c = spatial.to_canonical(ref if ref is not None else seg.predict(canonical))[0]
         ref_a = sitk.GetArrayFromImage(ref_c)
-        for crop in fov_consistency.CROPS:
-            sl = fov_consistency._crop_slices(ref_a > 0, canonical.GetSpacing(), crop)
-            img = fov_consistency._crop(canonical, sl)
-            ref_crop = fov_consistency._crop(ref_c, sl)
-            if crop.endswith("circle"):
-                ref_a_crop = sitk.GetArrayFromImage(ref_crop)
-                ref_a_crop[:, fov_consistency.outside_circle(img)] = 0
-                ref_crop = spatial.copy_geometry(ref_a_crop, ref_crop)
-                img = fov_consistency._circle(img)
-            sets["fov"].append((f"{name}:{crop}", img, ref_crop))
+        for crop in fov_consistency.CROPS:  # the crops of fov_consistency.py, circles and padding included
+            img, r = fov_consistency.crop_of(canonical, ref_a, crop)
+            sets["fov"].append((f"{name}:{crop}", img, spatial.copy_geometry(r, img)))
     if args.held_out:
         from eval_model import held_out_specs
 
