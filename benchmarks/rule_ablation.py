@@ -7,8 +7,10 @@ for the abdomen slab the lung found, which should be none); (b) the field-of-vie
 ``eval_model.py``; (d) the independent phantom family ``family_b.py`` (test-only anatomy).
 For each data set and rule: mean Dice per lung with the default rules and with that rule
 switched from its default (off where it is on, on where it is off), the largest gain of one
-lung from switching it, and the lung volume the rule added and removed where it ran (mL,
-summed).
+lung from switching it, the lung volume the rule added and removed where it ran (mL,
+summed), and where a reference exists, the tissue that is not lung the rule added (mL, the
+largest per case and the sum: the mask with the rule less the mask without it, outside the
+reference) and the lung it removed.
 
 Usage::
 
@@ -92,14 +94,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             t = time.perf_counter()
             row: dict[str, Any] = {"case": name}
             ref_a = None if ref is None else sitk.GetArrayFromImage(ref)
+            voxel_ml = float(np.prod(image.GetSpacing())) / 1000.0
+            lungs: dict[str, np.ndarray] = {}
             for key, seg in segs.items():
                 result = seg.predict_with_report(image)
                 pred = sitk.GetArrayFromImage(result.label)
+                lungs[key] = pred > 0
                 entry: dict[str, Any] = {"lung_ml": round(sum(result.report["volumes_ml"].values()), 1),
                                          "rules": {k: (v["added_ml"], v["removed_ml"]) for k, v in result.report["rules"].items()}}
                 if ref_a is not None:
                     entry["dice"] = [round(_dice(pred == v, ref_a == v), 4) for v in (1, 2) if (ref_a == v).sum() > 0]
                 row[key] = entry
+            if ref_a is not None:  # what each rule itself changed, against the reference
+                for rule in SWITCHABLE:
+                    with_rule, without = (lungs["all"], lungs[rule]) if segs["all"].rules.enabled(rule) else (lungs[rule], lungs["all"])
+                    row[rule]["non_lung_added_ml"] = round(float(np.count_nonzero(with_rule & ~without & (ref_a == 0))) * voxel_ml, 1)
+                    row[rule]["lung_removed_ml"] = round(float(np.count_nonzero(without & ~with_rule & (ref_a > 0))) * voxel_ml, 1)
+            del lungs
             rows.append(row)
             print(f"{set_name:<9} {name:<34} all {row['all'].get('dice', row['all']['lung_ml'])}  "
                   f"({time.perf_counter() - t:.0f} s)", flush=True)
@@ -109,8 +120,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _table(rows: list[dict[str, Any]], defaults: dict[str, bool]) -> dict[str, Any]:
     """Per rule: mean Dice with all the default rules / with this rule switched (where
-    references exist), the largest gain of one lung from switching it, and the mL the rule
-    added and removed where it ran (summed over the cases)."""
+    references exist), the largest gain of one lung from switching it, the mL the rule
+    added and removed where it ran (summed over the cases) and, against the references, the
+    non-lung it added (the largest per case and the sum) and the lung it removed (sum)."""
     out = {}
     for rule in SWITCHABLE:
         on = [d for r in rows for d in r["all"].get("dice", [])]
@@ -123,6 +135,11 @@ def _table(rows: list[dict[str, Any]], defaults: dict[str, bool]) -> dict[str, A
                      "dice_default": round(float(np.mean(on)), 4) if on else None,
                      "dice_switched": round(float(np.mean(off)), 4) if off else None,
                      "largest_gain_switched": round(max(0.0, gain), 4), "added_ml": round(added, 1), "removed_ml": round(removed, 1)}
+        scored = [r[rule] for r in rows if "non_lung_added_ml" in r[rule]]
+        if scored:
+            out[rule] |= {"non_lung_added_ml_max": max(e["non_lung_added_ml"] for e in scored),
+                          "non_lung_added_ml": round(sum(e["non_lung_added_ml"] for e in scored), 1),
+                          "lung_removed_ml": round(sum(e["lung_removed_ml"] for e in scored), 1)}
     return out
 
 
@@ -138,11 +155,14 @@ def main() -> int:
         if set_name == "defaults":
             continue
         print(f"\n{set_name}  (Dice: mean per lung with the default rules / with the rule switched from its default)")
-        print(f"{'rule':<14} {'default':>7} {'Dice':>8} {'switched':>8} {'best gain':>9} {'added mL':>9} {'removed mL':>10}")
+        print(f"{'rule':<14} {'default':>7} {'Dice':>8} {'switched':>8} {'best gain':>9} {'added mL':>9} {'removed mL':>10} "
+              f"{'non-lung added mL (max/case)':>28} {'lung removed mL':>15}")
         for rule, t in r["table"].items():
             fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+            wrong = f"{t['non_lung_added_ml']:.1f} ({t['non_lung_added_ml_max']:.1f})" if "non_lung_added_ml" in t else "-"
             print(f"{rule:<14} {t['default']:>7} {fmt(t['dice_default']):>8} {fmt(t['dice_switched']):>8} "
-                  f"{t['largest_gain_switched']:>9.4f} {t['added_ml']:>9.1f} {t['removed_ml']:>10.1f}")
+                  f"{t['largest_gain_switched']:>9.4f} {t['added_ml']:>9.1f} {t['removed_ml']:>10.1f} {wrong:>28} "
+                  f"{t.get('lung_removed_ml', '-'):>15}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
