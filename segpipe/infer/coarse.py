@@ -3,8 +3,9 @@
 The whole scan is resampled to the coarse spacing (4 mm by default) and run through the coarse
 network. Its lung is split into the patient's right and left from geometry; a side counts only
 with ``min_lung_ml`` of confident lung (a twentieth where the scan's edge cuts it); each side's
-box (physical mm, with the training margin and one coarse voxel) is where the fine stage looks. The body (inside the skin) and the trachea
-and main bronchi are found on the same grid: the clean-up rules use them.
+box (physical mm, with the training margin and one coarse voxel) is where the fine stage looks.
+The body (inside the skin) and the trachea and main bronchi are found on the same grid: the
+clean-up rules use them.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def _one_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int:
 
 def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None,
                 left_vote: np.ndarray | None = None) -> np.ndarray:
-    """Label a lung mask by side from geometry alone: 1 right, 2 left.
+    """Label a lung mask by side from geometry: 1 right, 2 left.
 
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
     patient's left). The two largest components (each at least ``min_fraction`` of the
