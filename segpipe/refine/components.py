@@ -231,7 +231,7 @@ def clean_lungs_array(
         volume = float(np.count_nonzero(out == value)) * voxel_ml
         if 0 < volume < min_volume_ml:
             out[out == value] = 0
-            warnings.append(f"removed a {side} lung of only {volume:.1f} mL (below {min_volume_ml} mL)")
+            warnings.append(f"removed a {side} lung of only {volume:.2g} mL (below {min_volume_ml:g} mL)")
     added = int(np.count_nonzero((out > 0) & (sub == 0)))
     removed = int(before) - (int(np.count_nonzero(out)) - added)
     sub[...] = out
