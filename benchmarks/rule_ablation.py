@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 row[key] = entry
             if ref_a is not None:  # what each rule itself changed, against the reference
                 for rule in SWITCHABLE:
-                    with_rule, without = (lungs["all"], lungs[rule]) if segs["all"].rules.enabled(rule) else (lungs[rule], lungs["all"])
+                    with_rule, without = (lungs["all"], lungs[rule]) if default.enabled(rule) else (lungs[rule], lungs["all"])
                     row[rule]["non_lung_added_ml"] = round(float(np.count_nonzero(with_rule & ~without & (ref_a == 0))) * voxel_ml, 1)
                     row[rule]["lung_removed_ml"] = round(float(np.count_nonzero(without & ~with_rule & (ref_a > 0))) * voxel_ml, 1)
             del lungs
