@@ -22,7 +22,7 @@ from segpipe.refine.edge_snap import EdgeSnapParams, snap_edges, snap_label_edge
 from segpipe.refine.fat import FatParams, clear_fat, fat_in_lung
 from segpipe.refine.pleural_air import PleuralAirParams, pleural_air
 from segpipe.refine.rules import STEPS, RuleSet, describe, run_rules
-from segpipe.refine.sides import side_boundary, split_sides
+from segpipe.refine.sides import join_cut_pieces, side_boundary, split_sides
 
 
 def _image(array: np.ndarray, orientation: str = "LPS") -> sitk.Image:
@@ -155,6 +155,35 @@ def test_two_pieces_of_one_cut_lung_are_that_lung() -> None:
     np.testing.assert_array_equal(split_sides(lungs, midline_x=19.5, left_vote=~left_vote), without)
     whole = _lungs() > 0  # two whole lungs: the vote changes nothing
     np.testing.assert_array_equal(split_sides(whole, midline_x=19.5, left_vote=_lungs() == 2), _lungs())
+
+
+def test_further_pieces_the_scans_end_cuts_off_join_their_lung() -> None:
+    """The top slice cuts the right recess into three pieces (lateral, anterior, posterior):
+    the pieces that reach that slice on the right by midline and vote join the right lung. A
+    piece that does not reach the slice, one across the midline, one the vote calls the
+    other side, and a strip at an in-plane edge of the view stay out."""
+    lungs = np.zeros((20, 30, 40), bool)
+    lungs[14:20, 10:20, 26:36] = True  # left base
+    lungs[15:20, 12:20, 0:6] = True  # right recess, lateral piece (largest on the right), cut in-plane too
+    lungs[17:20, 3:7, 10:15] = True  # right recess, anterior piece
+    lungs[18:20, 24:27, 8:12] = True  # right recess, posterior piece
+    lungs[10:13, 24:27, 12:16] = True  # right, below the top slice: not cut by it
+    lungs[16:20, 2:5, 17:23] = True  # across the midline
+    lungs[17:20, 26:29, 24:28] = True  # left by position, right by the vote
+    lungs[0:16, 29, 0:3] = True  # a strip at the in-plane edge of the view the lateral piece reaches
+    left_vote = np.zeros(lungs.shape, bool)
+    left_vote[:, :, 20:] = True
+    left_vote[:, 26:29, 24:28] = False
+    sides = split_sides(lungs, midline_x=19.5, left_vote=left_vote)
+    assert (sides[15:20, 12:20, 0:6] == 1).all() and (sides[14:20, 10:20, 26:36] == 2).all()
+    assert not sides[17:20, 3:7, 10:15].any()  # split_sides alone sides two pieces
+    joined = join_cut_pieces(lungs, sides, 19.5, left_vote)
+    assert (joined[17:20, 3:7, 10:15] == 1).all() and (joined[18:20, 24:27, 8:12] == 1).all()
+    for stays_out in (np.s_[10:13, 24:27, 12:16], np.s_[16:20, 2:5, 17:23], np.s_[17:20, 26:29, 24:28], np.s_[0:16, 29, 0:3]):
+        assert not joined[stays_out].any()
+    np.testing.assert_array_equal(joined[sides > 0], sides[sides > 0])  # nothing re-sided
+    whole = _lungs()  # two whole lungs: nothing to join
+    np.testing.assert_array_equal(join_cut_pieces(whole > 0, whole, 19.5, whole == 2), whole)
 
 
 def test_body_interior_holds_the_lungs_not_the_air_around_the_patient() -> None:

@@ -24,6 +24,7 @@ from segpipe.refine import (
     body_in_view,
     body_midline_x,
     coarse_airways,
+    join_cut_pieces,
     padding_footprint,
     side_boundary,
     skin_slack,
@@ -209,8 +210,9 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     # the body's midline are one lung that the scan's edge cuts (a recess cut into pieces)
     voxel_ml = spatial.voxel_volume_ml(coarse_img)
     found = confident_parts(lung & skin_slack(body), confident, voxel_ml, s.min_lung_ml)
-    sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=body_midline_x(hu, s.rules.body.hu),
-                        left_vote=left_vote)
+    midline_x = body_midline_x(hu, s.rules.body.hu)
+    sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote)
+    sides = join_cut_pieces(found, sides, midline_x, left_vote)
     for value in (1, 2):
         side = sides == value
         needed = s.min_lung_ml * (CUT_LUNG_SHARE if _at_edge(side) else 1.0)

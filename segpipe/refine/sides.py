@@ -15,7 +15,7 @@ import numpy as np
 from segpipe.refine._util import component_sizes, label, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
 
-__all__ = ["SidesParams", "split_sides", "side_boundary", "rule"]
+__all__ = ["SidesParams", "split_sides", "join_cut_pieces", "side_boundary", "rule"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,32 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
                 out[single] = 2 if left_share > 0.5 else 1
                 return out
         out = _split_single(single)
+    return out
+
+
+def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left_vote: np.ndarray) -> np.ndarray:
+    """Add to each sided lung the further pieces of it that the scan's first or last slice cut off.
+
+    Where the scan's range ends inside a lung's base (the top of an abdominal scan cuts the
+    costophrenic recess around the dome of the diaphragm) the lung can fall into three or more
+    pieces; :func:`split_sides` sides only two. A further component of ``found`` (boolean
+    ``(z, y, x)``, canonical LPS) joins the lung of side ``s`` of ``sides`` when it reaches the
+    first or the last slice that a piece of that lung reaches too, and nine tenths of it lie on
+    that side of ``midline_x`` and are that side by ``left_vote`` (both, as in
+    :func:`split_sides`). In-plane cuts of the field of view do not join pieces: a strip of the
+    view's edge is not taken for a lung beside it. Returns a new array."""
+    out = sides.copy()
+    labels, n = label(found & (sides == 0))
+    if n == 0:
+        return out
+    for end in (0, -1):  # the scan's first and last slice
+        for value in (1, 2):
+            if not (sides[end] == value).any():
+                continue
+            for i in np.unique(labels[end][labels[end] > 0]):
+                piece = labels == i
+                if not out[piece].any() and _one_side(piece, midline_x, left_vote) == value:
+                    out[piece] = value
     return out
 
 
