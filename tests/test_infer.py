@@ -525,6 +525,27 @@ def test_two_pieces_of_a_cut_base_are_one_lung(model_path: Path, monkeypatch: py
     assert left.lo_xyz[1] <= 8 * 4.0 and left.hi_xyz[1] >= 31 * 4.0  # y: from the anterior piece to the posterior one
 
 
+def test_three_pieces_of_a_cut_base_are_one_lung(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The top slice cuts the right recess into lateral, anterior and posterior pieces around
+    the dome: all three are the right lung (the right box spans them), the left base is the
+    left lung."""
+    image, _ = _coarse_phantom()
+    hu = sitk.GetArrayFromImage(image)
+    hu[2:, 4:36, 4:36] = 40.0  # the scan's top slice cuts the body
+    label = np.zeros(hu.shape, np.uint8)
+    label[33:40, 12:30, 24:34] = 2  # left base: 1260 voxels, 80.6 mL
+    label[34:40, 14:26, 5:9] = 1  # right recess, lateral piece: 288 voxels, 18.4 mL
+    label[36:40, 6:10, 10:15] = 1  # anterior piece: 80 voxels, 5.1 mL
+    label[37:40, 28:32, 9:14] = 1  # posterior piece: 60 voxels, 3.8 mL
+    hu[label > 0] = -850.0
+    found, warnings = _locate(infer.LungSegmenter.from_file(model_path, device="cpu"), spatial.copy_geometry(hu, image),
+                              label, label > 0, monkeypatch)
+    assert warnings == [] and set(found.boxes) == {"right", "left"}
+    np.testing.assert_array_equal(found.sides, label)
+    right = found.boxes["right"]
+    assert right.lo_xyz[1] <= 6 * 4.0 and right.hi_xyz[1] >= 31 * 4.0  # y: from the anterior piece to the posterior one
+
+
 # ----------------------------------------------------------------------------- regions
 @pytest.mark.parametrize("overlap", [0.0, 0.25, 0.5])
 def test_window_count_is_monais(overlap: float) -> None:
