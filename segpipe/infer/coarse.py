@@ -206,8 +206,8 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     # stomach. A lung the scan's edge cuts (the bases at the top of an abdominal scan, a slab)
     # shows only part of itself, a few mL at the tip of a recess: a twentieth is enough. Unsure
     # finds go before the sides are split, so that larger pockets of bowel gas do not take the
-    # place of a small base. The network's side only confirms that two pieces on one side of
-    # the body's midline are one lung that the scan's edge cuts (a recess cut into pieces)
+    # place of a small base. The network's side only confirms that pieces on one side of the
+    # body's midline are one lung that the scan's edge cuts (a recess cut into pieces)
     voxel_ml = spatial.voxel_volume_ml(coarse_img)
     found = confident_parts(lung & skin_slack(body), confident, voxel_ml, s.min_lung_ml)
     midline_x = body_midline_x(hu, s.rules.body.hu)
