@@ -78,6 +78,18 @@ def test_tiny_lung_is_removed_with_a_warning() -> None:
     assert warnings == ["removed a left lung of only 0.032 mL (below 1 mL)"]
 
 
+def test_a_base_of_a_few_ml_is_kept_by_default() -> None:
+    """The tip of a recess at the top of an abdominal scan (3.2 mL) is a lung: the default
+    ``min_ml`` (1 mL) keeps it (the test above: a speck under 1 mL goes)."""
+    a = np.zeros((20, 30, 40), np.uint8)
+    a[3:17, 5:25, 3:17] = 1
+    a[12:20, 20:25, 25:35] = 2  # 400 voxels of 8 mm^3: 3.2 mL
+    cleaned, warnings = clean_lungs(_image(a))
+    left = sitk.GetArrayViewFromImage(cleaned) == 2
+    assert warnings == [] and left.sum() == 400 and left[12:20, 20:25, 25:35].all()
+    assert ComponentsParams().min_ml == 1.0
+
+
 def test_split_sides_by_geometry_two_components_and_touching_lungs() -> None:
     lungs = _lungs() > 0
     np.testing.assert_array_equal(split_sides(lungs), _lungs())
@@ -1227,7 +1239,7 @@ def test_describe_gives_nine_numbered_lines_in_order() -> None:
         assert step.summary in line
     assert "[hu=-975.0, smooth_mm=1.0" in lines[2]  # the parameters, without "enabled"
     assert "enabled" not in "".join(lines)
-    assert lines[8].endswith("[min_ml=5.0, min_support=0.5]")
+    assert lines[8].endswith("[min_ml=1.0, min_support=0.5]")
     changed = describe(RuleSet().updated({"dense_lung": False, "pleural_air": {"min_ml": 20}}))
     assert changed[0].split()[3] == "off" and changed[2].split()[3] == "on" and "min_ml=20.0" in changed[2]
     assert changed[1:2] + changed[3:] == lines[1:2] + lines[3:]

@@ -32,12 +32,14 @@ __all__ = ["ComponentsParams", "largest_component", "lung_pieces", "fill_holes",
 @dataclass(frozen=True)
 class ComponentsParams:
     """Args:
-        min_ml: a lung smaller than this after the clean-up is removed.
+        min_ml: a lung smaller than this after the clean-up is removed (a speck: the coarse
+            stage has already decided that the lung is there; the tip of a recess at the top of
+            an abdominal scan holds a few mL).
         min_support: a piece of a lung that the scan's edge cuts is kept when at least this
             share of it lies in the coarse stage's lung of that side (grown by one coarse voxel).
     """
 
-    min_ml: float = 5.0
+    min_ml: float = 1.0
     min_support: float = 0.5
 
 
@@ -171,7 +173,7 @@ def check_sides(label_image: sitk.Image) -> tuple[sitk.Image, list[str]]:
     return spatial.copy_geometry(array, label_image), warnings
 
 
-def clean_lungs(label_image: sitk.Image, *, min_volume_ml: float = 5.0) -> tuple[sitk.Image, list[str]]:
+def clean_lungs(label_image: sitk.Image, *, min_volume_ml: float = ComponentsParams.min_ml) -> tuple[sitk.Image, list[str]]:
     """Clean a lung label map (uint8, 0/1/2, with its geometry) and check its sides (see the
     module's docstring). Returns the cleaned label map (same geometry) and the warnings."""
     full = np.array(sitk.GetArrayViewFromImage(label_image), dtype=np.uint8)  # one copy
@@ -184,7 +186,7 @@ def clean_lungs_array(
     reference: sitk.Image | spatial.Geometry,
     *,
     offset_xyz: tuple[int, int, int] = (0, 0, 0),
-    min_volume_ml: float = 5.0,
+    min_volume_ml: float = ComponentsParams.min_ml,
     support: Support | None = None,
     min_support: float = 0.5,
 ) -> tuple[list[str], tuple[int, int]]:
