@@ -504,21 +504,28 @@ def test_a_lung_the_scans_edge_cuts_needs_a_twentieth_of_min_lung_ml(model_path:
     assert set(too_small.boxes) == {"right"}
 
 
+def _locate_cut_base(label: np.ndarray, model_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[str]]:
+    """:func:`_locate` on the coarse phantom whose top slice cuts the body, with lung (and the
+    fake network's classes) where ``label`` says."""
+    image, _ = _coarse_phantom()
+    hu = sitk.GetArrayFromImage(image)
+    assert hu.shape == label.shape
+    hu[2:, 4:36, 4:36] = 40.0  # the scan's top slice cuts the body
+    hu[label > 0] = -850.0
+    return _locate(infer.LungSegmenter.from_file(model_path, device="cpu"), spatial.copy_geometry(hu, image),
+                   label, label > 0, monkeypatch)
+
+
 def test_two_pieces_of_a_cut_base_are_one_lung(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The top of an abdominal scan cuts the left recess into an anterior and a posterior piece,
     both larger than the right base's tip: the coarse stage sides both pieces left (the body's
     midline and the network's class agree) and the small piece across the midline right, so
     the left box spans both pieces."""
-    image, _ = _coarse_phantom()
-    hu = sitk.GetArrayFromImage(image)
-    hu[2:, 4:36, 4:36] = 40.0  # the scan's top slice cuts the body
-    label = np.zeros(hu.shape, np.uint8)
+    label = np.zeros((40, 40, 40), np.uint8)
     label[34:40, 8:14, 22:28] = 2  # anterior piece: 216 voxels, 13.8 mL
     label[34:40, 24:32, 26:34] = 2  # posterior piece: 384 voxels, 24.6 mL
     label[37:40, 24:28, 8:12] = 1  # the right recess's tip: 48 voxels, 3.1 mL
-    hu[label > 0] = -850.0
-    found, warnings = _locate(infer.LungSegmenter.from_file(model_path, device="cpu"), spatial.copy_geometry(hu, image),
-                              label, label > 0, monkeypatch)
+    found, warnings = _locate_cut_base(label, model_path, monkeypatch)
     assert warnings == [] and set(found.boxes) == {"right", "left"}
     np.testing.assert_array_equal(found.sides, label)
     left = found.boxes["left"]
@@ -529,17 +536,12 @@ def test_three_pieces_of_a_cut_base_are_one_lung(model_path: Path, monkeypatch: 
     """The top slice cuts the right recess into lateral, anterior and posterior pieces around
     the dome: all three are the right lung (the right box spans them), the left base is the
     left lung."""
-    image, _ = _coarse_phantom()
-    hu = sitk.GetArrayFromImage(image)
-    hu[2:, 4:36, 4:36] = 40.0  # the scan's top slice cuts the body
-    label = np.zeros(hu.shape, np.uint8)
+    label = np.zeros((40, 40, 40), np.uint8)
     label[33:40, 12:30, 24:34] = 2  # left base: 1260 voxels, 80.6 mL
     label[34:40, 14:26, 5:9] = 1  # right recess, lateral piece: 288 voxels, 18.4 mL
     label[36:40, 6:10, 10:15] = 1  # anterior piece: 80 voxels, 5.1 mL
     label[37:40, 28:32, 9:14] = 1  # posterior piece: 60 voxels, 3.8 mL
-    hu[label > 0] = -850.0
-    found, warnings = _locate(infer.LungSegmenter.from_file(model_path, device="cpu"), spatial.copy_geometry(hu, image),
-                              label, label > 0, monkeypatch)
+    found, warnings = _locate_cut_base(label, model_path, monkeypatch)
     assert warnings == [] and set(found.boxes) == {"right", "left"}
     np.testing.assert_array_equal(found.sides, label)
     right = found.boxes["right"]
