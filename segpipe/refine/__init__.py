@@ -24,5 +24,6 @@ from segpipe.refine.sides import join_cut_pieces, side_boundary, split_sides
 __all__ = [
     "RuleSet", "Step", "STEPS", "run_rules", "describe", "RuleReport", "FineContext", "ScanContext",
     "clean_lungs", "clean_lungs_array", "check_sides", "largest_component", "fill_holes", "fill_slice_holes",
-    "split_sides", "join_cut_pieces", "side_boundary", "body_interior", "body_in_view", "padding_footprint", "body_midline_x", "skin_slack", "track_airways", "coarse_airways",
+    "split_sides", "join_cut_pieces", "side_boundary", "body_interior", "body_in_view", "padding_footprint", "body_midline_x",
+    "skin_slack", "track_airways", "coarse_airways",
 ]
