@@ -135,13 +135,11 @@ def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left
     if n == 0:
         return out
     for end in (0, -1):  # the scan's first and last slice
-        for value in (1, 2):
-            if not (sides[end] == value).any():
-                continue
-            for i in np.unique(labels[end][labels[end] > 0]):
-                piece = labels == i
-                if not out[piece].any() and _one_side(piece, midline_x, left_vote) == value:
-                    out[piece] = value
+        for i in np.unique(labels[end][labels[end] > 0]):
+            piece = labels == i
+            side = _one_side(piece, midline_x, left_vote)
+            if side and (sides[end] == side).any() and not out[piece].any():
+                out[piece] = side
     return out
 
 
