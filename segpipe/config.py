@@ -356,7 +356,9 @@ class DataConfig:
     ``margin_mm``: each lung's fine crop is its box plus this; ``fine_below_mm``: the crop goes
     on this much further toward the feet, within the scan (0: not), so the fine stage also
     learns the bowel under the bases, which it reads at inference where a region is widened
-    to a window or grows.
+    to a window or grows. ``fine_decoy_mm``: for each lung a training label lacks, the fine stage
+    also trains on that side of the body in the scan's top this many mm (0: not): the bowel gas
+    under the diaphragm that the coarse stage can send it to in a scan without that lung.
     """
 
     cache_dir: str | None = None
@@ -370,10 +372,11 @@ class DataConfig:
     num_workers: int = 2
     margin_mm: float = 12.0
     fine_below_mm: float = 0.0
+    fine_decoy_mm: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.extra_phantoms < 0 or self.num_workers < 0 or self.margin_mm < 0 or self.fine_below_mm < 0:
-            raise ConfigError("data: expected extra_phantoms, num_workers, margin_mm and fine_below_mm >= 0")
+        if min(self.extra_phantoms, self.num_workers, self.margin_mm, self.fine_below_mm, self.fine_decoy_mm) < 0:
+            raise ConfigError("data: expected extra_phantoms, num_workers, margin_mm, fine_below_mm and fine_decoy_mm >= 0")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction: expected 0 <= fraction < 1, got {self.val_fraction}")
         if not 0.0 <= self.phantom_abdomen_detail <= 1.0:

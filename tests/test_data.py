@@ -376,3 +376,45 @@ def test_fov_augmentation_is_off_by_default_and_checked() -> None:
         AugmentConfig(fov_probability=1.5)
     with pytest.raises(ConfigError, match="fov_keep"):
         AugmentConfig(fov_keep=(0.0, 0.5))
+
+
+def test_cache_decoy_crops_for_the_lungs_a_label_lacks(tmp_path: Path) -> None:
+    """With ``decoy_mm`` a case without a lung also gives a crop of that side of the body in the
+    scan's top ``decoy_mm`` (what the fine stage is sent to when the coarse stage takes gas under
+    the diaphragm for lung), labelled as it is; the table under the body is not in it."""
+    from segpipe.train.cache import decoy_boxes
+
+    size = (40, 30, 20)  # x, y, z
+    hu = np.full(tuple(reversed(size)), -1024, np.int16)
+    hu[:, 4:22, 6:34] = 40  # the body: x 6..33, y 4..21
+    hu[:, 6:10, 24:29] = -1000  # gas on the patient's left (high x in LPS)
+    hu[:, 26:28, 2:38] = 300  # the table, apart from the body
+    image = sitk.GetImageFromArray(hu)
+    image.SetSpacing((2.0, 2.0, 5.0))
+    empty = spatial.copy_geometry(np.zeros(hu.shape, np.uint8), image)
+    boxes = decoy_boxes(image, empty, decoy_mm=30.0)
+    assert set(boxes) == {"right", "left"}
+    for box in boxes.values():
+        assert box.lo_xyz[2] == pytest.approx(14 * 5.0 - 2.5) and box.hi_xyz[2] == pytest.approx(19 * 5.0 + 2.5)  # top 6 slices
+        assert box.lo_xyz[1] == pytest.approx(4 * 2.0 - 1.0) and box.hi_xyz[1] == pytest.approx(21 * 2.0 + 1.0)  # no table
+    assert boxes["right"].lo_xyz[0] == pytest.approx(6 * 2.0 - 1.0) and boxes["right"].hi_xyz[0] < 21 * 2.0
+    assert boxes["left"].lo_xyz[0] > 17 * 2.0 and boxes["left"].hi_xyz[0] == pytest.approx(33 * 2.0 + 1.0)
+    one = np.zeros(hu.shape, np.uint8)
+    one[:, 8:12, 8:14] = 1  # a right lung: only the left side is a decoy
+    assert set(decoy_boxes(image, spatial.copy_geometry(one, image), 30.0)) == {"left"}
+    one[:, 8:12, 26:30] = 2
+    assert decoy_boxes(image, spatial.copy_geometry(one, image), 30.0) == {}
+
+    root = tmp_path / "pairs"
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    io.write_image(image, root / "images" / "a.nii.gz")
+    io.write_image(empty, root / "labels" / "a.nii.gz")
+    (cached,) = data.build_cache(data.discover(root), tmp_path / "cache", fine_spacing_mm=(2.0, 2.0, 5.0), decoy_mm=30.0)
+    assert set(cached.fine) == {"decoy_right", "decoy_left"}
+    img, lbl = cached.fine["decoy_left"].load()
+    assert img.shape == (6, 18, 15) and not lbl.any() and (img <= -900).any()  # the gas is in it
+    (plain,) = data.build_cache(data.discover(root), tmp_path / "cache", fine_spacing_mm=(2.0, 2.0, 5.0))
+    assert plain.fine == {}
+    with pytest.raises(ConfigError, match="fine_decoy_mm"):
+        DataConfig(fine_decoy_mm=-1.0)

@@ -234,3 +234,33 @@ def test_ddp_on_cuda_needs_a_gpu_per_process(monkeypatch: pytest.MonkeyPatch, ca
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(ConfigError, match="--nproc 3 on CUDA needs one GPU per process and this machine has 2: use --nproc 2"):
         trainer._init_distributed("cuda")
+
+
+def test_validation_scores_decoy_crops_as_lung_given_not_as_dice(tmp_path: Path) -> None:
+    """A decoy crop (no lung of its side in it) adds no Dice to either side: its score is the
+    lung the network gives it, in mL; a lung crop is scored on its side."""
+    import numpy as np
+
+    from segpipe.model import build_network
+    from segpipe.train.cache import CachedVolume
+
+    def volume(name: str, label: np.ndarray) -> CachedVolume:
+        image = np.where(label > 0, -850, 40).astype(np.int16)
+        np.save(tmp_path / f"{name}.npy", image)
+        np.save(tmp_path / f"{name}_lbl.npy", label)
+        return CachedVolume(tmp_path / f"{name}.npy", tmp_path / f"{name}_lbl.npy", label.shape, (2.0, 2.0, 2.0), (0.0, 0.0, 0.0))
+
+    lung = np.zeros((32, 32, 32), np.uint8)
+    lung[8:24, 8:24, 8:24] = 1
+    cfg = tiny_config(tmp_path / "cache", stages="fine")
+    net = build_network(cfg.fine.network)
+    with torch.no_grad():  # a network that calls everything lung: its last layer's bias
+        last = [m for m in net.modules() if isinstance(m, torch.nn.Conv3d)][-1]
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([-10.0, 10.0, -10.0]))
+    vols = [volume("a_fine_right", lung), volume("a_fine_decoy_left", np.zeros_like(lung))]
+    scores = trainer.evaluate(net, vols, cfg.fine, cfg, torch.device("cpu"))
+    assert scores["dice_right"] == pytest.approx(2 * 4096 / (4096 + 32**3))
+    assert np.isnan(scores["dice_left"])  # the decoy is not a left lung's crop
+    assert scores["decoy_ml"] == pytest.approx(32**3 * 8 / 1000)
+    assert scores["dice_mean"] == pytest.approx(scores["dice_right"])

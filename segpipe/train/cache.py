@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import SimpleITK as sitk
+from scipy import ndimage
 
 from segpipe import io, spatial
 from segpipe.train.dataset import Case
@@ -69,7 +70,8 @@ class CachedVolume:
 @dataclass(frozen=True)
 class CachedCase:
     """A case in the cache: the whole scan at the coarse spacing and one crop per lung at the
-    fine spacing (``fine["right"]``, ``fine["left"]``; a lung absent from the label is absent)."""
+    fine spacing (``fine["right"]``, ``fine["left"]``; a lung absent from the label is absent;
+    ``fine["decoy_right"]`` and ``fine["decoy_left"]``: :func:`decoy_boxes` crops, where asked for)."""
 
     name: str
     coarse: CachedVolume
@@ -111,6 +113,7 @@ def preprocess_case(
     margin_mm: float,
     coarse_size_xyz: tuple[int, int, int] | None = None,
     below_mm: float = 0.0,
+    decoy_mm: float = 0.0,
 ) -> CachedCase:
     """Preprocess one case into ``folder`` (see :func:`build_cache`)."""
     image, _ = spatial.to_canonical(io.read_image(case.image))
@@ -140,7 +143,44 @@ def preprocess_case(
             spatial.resample_image(crop_img, fine_spacing_mm),
             spatial.resample_label(crop_lbl, fine_spacing_mm),
         )
+    if decoy_mm > 0:
+        for side, box in decoy_boxes(image, label, decoy_mm).items():
+            fine[f"decoy_{side}"] = _save_volume(
+                folder, f"{case.name}_fine_decoy_{side}",
+                spatial.resample_image(spatial.crop_to_box(image, box, pad_value=-1024), fine_spacing_mm),
+                spatial.resample_label(spatial.crop_to_box(label, box, pad_value=0), fine_spacing_mm),
+            )
     return CachedCase(case.name, coarse, fine)
+
+
+def decoy_boxes(image: sitk.Image, label: sitk.Image, decoy_mm: float, body_hu: float = -500.0) -> dict[str, spatial.Box]:
+    """For each lung absent from ``label`` (canonical LPS, z up), the box of that side of the
+    body (from the body's middle out) in the scan's top ``decoy_mm``: what the fine stage is
+    sent to when the coarse stage takes gas under the diaphragm for lung. Empty where both
+    lungs are present or no body shows in that slab."""
+    labels = sitk.GetArrayViewFromImage(label)
+    missing = [(side, value) for side, value in (("right", 1), ("left", 2)) if not (labels == value).any()]
+    if not missing:
+        return {}
+    hu = sitk.GetArrayViewFromImage(image)
+    nz = hu.shape[0]
+    top = max(1, min(nz, int(round(decoy_mm / image.GetSpacing()[2]))))
+    body = np.zeros(hu.shape, np.uint8)
+    parts, n = ndimage.label(hu[nz - top:] > body_hu)
+    if n == 0:
+        return {}
+    body[nz - top:] = parts == 1 + int(np.argmax(np.bincount(parts.ravel())[1:]))  # the body, not the table
+    xs = np.flatnonzero(body.any(axis=(0, 1)))
+    middle = int(round(np.nonzero(body)[2].mean()))
+    out = {}
+    for side, value in missing:  # canonical LPS: x grows toward the patient's left
+        region = np.zeros(hu.shape, np.uint8)
+        span = slice(xs[0], middle + 1) if value == 1 else slice(middle, xs[-1] + 1)
+        region[:, :, span] = body[:, :, span]
+        box = spatial.box_from_mask(spatial.copy_geometry(region, image))
+        if box is not None:
+            out[side] = box
+    return out
 
 
 def build_cache(
@@ -152,6 +192,7 @@ def build_cache(
     margin_mm: float = 12.0,
     coarse_size_xyz: tuple[int, int, int] | None = None,
     below_mm: float = 0.0,
+    decoy_mm: float = 0.0,
     progress: bool = False,
 ) -> list[CachedCase]:
     """Preprocess ``cases`` once into ``cache_dir/<key>/`` and return them.
@@ -159,7 +200,8 @@ def build_cache(
     Each case becomes a coarse volume (whole scan at ``coarse_spacing_mm``, or resampled to
     ``coarse_size_xyz`` voxels when that is given) and one crop per
     lung (the lung's box plus ``margin_mm``, and ``below_mm`` more toward the feet within the
-    scan, at ``fine_spacing_mm``), reoriented to LPS and
+    scan, at ``fine_spacing_mm``; with ``decoy_mm``, for each lung the label lacks, a
+    :func:`decoy_boxes` crop as well), reoriented to LPS and
     stored as ``.npy`` (int16 HU, uint8 labels) for memory-mapped reading. The key hashes the
     settings and each file's path, size and modification time: an unchanged dataset reuses
     the cache, any change builds a new one. Cases are processed one at a time, so RAM stays
@@ -172,6 +214,7 @@ def build_cache(
         "margin_mm": margin_mm,
         "coarse_size_xyz": list(coarse_size_xyz) if coarse_size_xyz else None,
         **({"below_mm": below_mm} if below_mm else {}),  # (absent when off: earlier caches keep their key)
+        **({"decoy_mm": decoy_mm} if decoy_mm else {}),
     }
     folder = Path(cache_dir) / _cache_key(cases, settings)
     folder.mkdir(parents=True, exist_ok=True)
@@ -195,7 +238,7 @@ def build_cache(
             continue
         cached = preprocess_case(
             case, folder, coarse_spacing_mm=coarse_spacing_mm, fine_spacing_mm=fine_spacing_mm, margin_mm=margin_mm,
-            coarse_size_xyz=coarse_size_xyz, below_mm=below_mm,
+            coarse_size_xyz=coarse_size_xyz, below_mm=below_mm, decoy_mm=decoy_mm,
         )
         done[case.name] = {"coarse": cached.coarse.to_json(), "fine": {k: v.to_json() for k, v in cached.fine.items()}}
         tmp = manifest_path.with_suffix(".tmp")

@@ -108,7 +108,7 @@ def prepare_data(
         cases, Path(cache_dir),
         coarse_spacing_mm=cfg.spacing.coarse_mm, fine_spacing_mm=cfg.spacing.fine_mm,
         margin_mm=cfg.data.margin_mm, coarse_size_xyz=cfg.spacing.coarse_size_xyz, below_mm=cfg.data.fine_below_mm,
-        progress=progress,
+        decoy_mm=cfg.data.fine_decoy_mm, progress=progress,
     )
     train_names, val_names = split_cases([c.name for c in cached], cfg.data.val_fraction, cfg.seed)
     train_cases = [c for c in cached if c.name in train_names]

@@ -194,17 +194,22 @@ def evaluate(
     """Mean Dice per lung over ``volumes`` (whole cached volumes, sliding window), scored as
     inference uses each stage: the coarse stage's lung is sided by geometry
     (:func:`segpipe.refine.split_sides`); a fine crop is scored on lung vs background,
-    under the side of the lung it was cut around."""
+    under the side of the lung it was cut around. A decoy crop (:func:`segpipe.train.cache.decoy_boxes`:
+    no lung of its side in it) adds no Dice: ``decoy_ml`` is the mean lung it was given (mL)."""
     from segpipe.metrics import dice
     from segpipe.model import any_lung, sliding_window_probs
     from segpipe.refine import split_sides
 
     model.eval()
     scores: dict[str, list[float]] = {"right": [], "left": []}
+    decoy_ml: list[float] = []
     for vol in volumes:
         image, label = vol.load()
         label = np.asarray(label)
         lung = any_lung(sliding_window_probs(model, np.asarray(image), stage, cfg.intensity.window_hu, device))
+        if "_fine_decoy_" in vol.image.name:
+            decoy_ml.append(float(np.count_nonzero(lung & (label == 0))) * float(np.prod(vol.spacing_xyz)) / 1000.0)
+            continue
         if "_fine_" in vol.image.name:
             side = "right" if "_fine_right" in vol.image.name else "left"
             scores[side].append(dice(lung, label > 0))
@@ -217,6 +222,8 @@ def evaluate(
     out = {f"dice_{k}": float(np.mean(v)) if v else float("nan") for k, v in scores.items()}
     present = [v for v in out.values() if not math.isnan(v)]
     out["dice_mean"] = float(np.mean(present)) if present else float("nan")
+    if decoy_ml:
+        out["decoy_ml"] = float(np.mean(decoy_ml))
     return out
 
 
@@ -452,7 +459,7 @@ def train_stage(
                 pass
             dice_text = (
                 f"dice right {scores['dice_right']:.4f} left {scores['dice_left']:.4f}" if scores else "not validated"
-            )
+            ) + (f", decoys {scores['decoy_ml']:.1f} mL of lung" if "decoy_ml" in scores else "")
             log.info(
                 "%s epoch %d/%d: loss %.4f, %s, %.2f s/step",
                 stage_name, epoch + 1, stage.epochs, row["loss"], dice_text, row["step_time_s"],
