@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import SimpleITK as sitk
-from scipy import ndimage
 
 from segpipe import io, spatial
 from segpipe.train.dataset import Case
@@ -162,20 +161,21 @@ def decoy_boxes(image: sitk.Image, label: sitk.Image, decoy_mm: float, body_hu: 
     missing = [(side, value) for side, value in (("right", 1), ("left", 2)) if not (labels == value).any()]
     if not missing:
         return {}
+    from segpipe.refine import largest_component
+
     hu = sitk.GetArrayViewFromImage(image)
     nz = hu.shape[0]
     top = max(1, min(nz, int(round(decoy_mm / image.GetSpacing()[2]))))
-    body = np.zeros(hu.shape, np.uint8)
-    parts, n = ndimage.label(hu[nz - top:] > body_hu)
-    if n == 0:
+    body = np.zeros(hu.shape, bool)
+    body[nz - top:] = largest_component(hu[nz - top:] > body_hu)[0]  # the body, not the table
+    if not body.any():
         return {}
-    body[nz - top:] = parts == 1 + int(np.argmax(np.bincount(parts.ravel())[1:]))  # the body, not the table
     xs = np.flatnonzero(body.any(axis=(0, 1)))
     middle = int(round(np.nonzero(body)[2].mean()))
     out = {}
     for side, value in missing:  # canonical LPS: x grows toward the patient's left
-        region = np.zeros(hu.shape, np.uint8)
         span = slice(xs[0], middle + 1) if value == 1 else slice(middle, xs[-1] + 1)
+        region = np.zeros(hu.shape, np.uint8)
         region[:, :, span] = body[:, :, span]
         box = spatial.box_from_mask(spatial.copy_geometry(region, image))
         if box is not None:
