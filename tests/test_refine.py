@@ -341,6 +341,28 @@ def test_clean_lungs_array_keeps_edge_pieces_only_at_the_scans_own_edge() -> Non
         assert part[5, 10, 10] == 1
 
 
+
+def test_clean_lungs_array_keeps_no_lung_on_a_side_the_coarse_stage_did_not_find() -> None:
+    """Only the left lung was found: the fine lung labelled right (bowel gas in the left
+    lung's region, across the side boundary) goes, and a right-labelled piece that touches
+    the left lung joins it; without ``found_sides`` both stay as they were."""
+    a = np.zeros((20, 30, 40), np.uint8)
+    a[4:16, 5:25, 22:36] = 2  # the left lung: 3360 voxels
+    a[4:16, 5:25, 19:22] = 1  # cut off it by the side boundary: 720
+    a[2:6, 10:16, 3:9] = 1  # gas far from it: 144
+    reference = spatial.Geometry((40, 30, 20), (2.0, 2.0, 2.0), (0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0))
+    part = a.copy()
+    warnings, (added, removed) = clean_lungs_array(part, reference, found_sides={2})
+    assert not (part == 1).any() and (part == 2).sum() == 3360 + 720
+    assert removed == 144 and added == 0
+    assert warnings == ["left out 1.15 mL labelled right lung, where the coarse stage found no right lung"]
+    part = a.copy()
+    assert clean_lungs_array(part, reference)[0] == []
+    assert (part == 1).sum() == 720 and (part == 2).sum() == 3360
+    part = a.copy()
+    assert clean_lungs_array(part, reference, found_sides={1, 2})[0] == []
+    assert (part == 1).sum() == 720
+
 @pytest.mark.parametrize("seed", [11, 13])
 def test_track_airways_finds_the_trachea_and_never_lung(seed: int) -> None:
     """On a 4 mm grid (the coarse stage's), tracking from the top follows the trachea and the

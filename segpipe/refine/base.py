@@ -73,6 +73,9 @@ class ScanContext:
         lung_support: a block of the region (``(z, y, x)`` slices) -> uint8 where the coarse
             stage's sided lungs, each grown by one coarse voxel, reach there: bit 1 the right
             lung, bit 2 the left one (``None``: unknown, and a lung keeps its largest piece).
+        found_sides: the sides (1 right, 2 left) of which the coarse stage found a lung
+            (``None``: unknown). The coarse stage decides which lungs a scan holds; the fine
+            stage only draws them, so lung on a side it did not find is not kept.
     """
 
     scan_hu: Callable[[], np.ndarray]
@@ -84,6 +87,7 @@ class ScanContext:
     geometry: object
     offset_xyz: tuple[int, int, int]
     lung_support: Callable[[tuple[slice, slice, slice]], np.ndarray] | None = None
+    found_sides: frozenset[int] | None = None
 
     grid = "scan"
 

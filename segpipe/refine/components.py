@@ -1,6 +1,8 @@
 """Always-on step ``components``: one connected lung per side, without holes.
 
-Per lung: keep its main connected component: the one the coarse stage's lung of that side
+The coarse stage decides which lungs the scan holds: lung on a side of which it found none (the
+fine network's answer in the other lung's region, across the side boundary) is not kept. Per
+lung: keep its main connected component: the one the coarse stage's lung of that side
 supports most (the largest one where that is unknown), so a larger pocket of bowel gas the fine
 network took for lung does not win over a small lung base. Where the scan's edge cuts a lung (the
 bases at the top of an abdominal scan, a field of view through the chest), the lung shows as
@@ -15,7 +17,7 @@ the wrong sides (physical LPS x), with a warning.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -189,13 +191,16 @@ def clean_lungs_array(
     min_volume_ml: float = ComponentsParams.min_ml,
     support: Support | None = None,
     min_support: float = 0.5,
+    found_sides: Collection[int] | None = None,
 ) -> tuple[list[str], tuple[int, int]]:
     """:func:`clean_lungs` in place on a ``(z, y, x)`` uint8 array that is the part of
     ``reference``'s grid starting at index ``offset_xyz`` (the whole grid by default; the
     cascade passes just the lungs' boxes, so a large scan is never copied). With ``support``
     (the coarse stage's sided lungs over a block of ``array``) each lung keeps the pieces
-    :func:`lung_pieces` keeps, else its largest. Returns the warnings and the lung voxels
-    (added, removed)."""
+    :func:`lung_pieces` keeps, else its largest. With ``found_sides`` (the sides of which the
+    coarse stage found a lung) a lung of another side keeps nothing: its pieces that touch the
+    other lung join it (the side boundary cut them off), the rest goes. Returns the warnings
+    and the lung voxels (added, removed)."""
     # work inside the lungs' bounding box (plus one voxel): a fraction of a large scan
     box = bounding_box(array, pad=1)
     if box is None:
@@ -214,6 +219,10 @@ def clean_lungs_array(
     kept = {1: parts[0][0], 2: parts[1][0]}
     dropped = {1: parts[0][1], 2: parts[1][1]}
     del parts
+    unfound = [v for v in (1, 2) if found_sides is not None and v not in found_sides and kept[v].any()]
+    for value in unfound:
+        dropped[value] |= kept[value]
+        kept[value] = np.zeros_like(kept[value])
 
     def whole(i: int) -> np.ndarray:
         value, other = (1, 2) if i == 0 else (2, 1)
@@ -229,6 +238,10 @@ def clean_lungs_array(
     del filled
     warnings: list[str] = []
     voxel_ml = spatial.voxel_volume_ml(reference)
+    for value in unfound:
+        side = ("right", "left")[value - 1]
+        gone = float(np.count_nonzero((sub == value) & (out == 0))) * voxel_ml
+        warnings.append(f"left out {gone:.3g} mL labelled {side} lung, where the coarse stage found no {side} lung")
     for value, side in ((1, "right"), (2, "left")):
         volume = float(np.count_nonzero(out == value)) * voxel_ml
         if 0 < volume < min_volume_ml:
@@ -247,5 +260,6 @@ def clean_lungs_array(
 def rule(mask: np.ndarray, ctx: ScanContext, p: ComponentsParams) -> tuple[np.ndarray, RuleReport]:
     """Clean the sided label array ``mask`` (scan grid, in place)."""
     warnings, (added, removed) = clean_lungs_array(mask, ctx.geometry, offset_xyz=ctx.offset_xyz,  # type: ignore[arg-type]
-                                                   min_volume_ml=p.min_ml, support=ctx.lung_support, min_support=p.min_support)
+                                                   min_volume_ml=p.min_ml, support=ctx.lung_support, min_support=p.min_support,
+                                                   found_sides=ctx.found_sides)
     return mask, RuleReport.of("components", ctx, added=added, removed=removed, warnings=warnings)
