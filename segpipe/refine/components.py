@@ -214,15 +214,19 @@ def clean_lungs_array(
     sub_support = None if support is None else (
         lambda block: support(tuple(slice(s.start + b.start, s.start + b.stop) for s, b in zip(box, block))))  # type: ignore[arg-type]
 
+    unfound = [v for v in (1, 2) if found_sides is not None and v not in found_sides and (sub == v).any()]
+
+    def pieces(i: int) -> tuple[np.ndarray, np.ndarray]:
+        lung = sub == i + 1
+        if i + 1 in unfound:  # a side the coarse stage did not find keeps nothing
+            return np.zeros_like(lung), lung
+        return lung_pieces(lung, i + 1, sub_support, edge_faces, min_support)
+
     # the two lungs in parallel (labelling and hole filling release the GIL)
-    parts = map_parallel(lambda i: lung_pieces(sub == i + 1, i + 1, sub_support, edge_faces, min_support), 2)
+    parts = map_parallel(pieces, 2)
     kept = {1: parts[0][0], 2: parts[1][0]}
     dropped = {1: parts[0][1], 2: parts[1][1]}
     del parts
-    unfound = [v for v in (1, 2) if found_sides is not None and v not in found_sides and kept[v].any()]
-    for value in unfound:
-        dropped[value] |= kept[value]
-        kept[value] = np.zeros_like(kept[value])
 
     def whole(i: int) -> np.ndarray:
         value, other = (1, 2) if i == 0 else (2, 1)
