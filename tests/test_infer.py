@@ -1047,3 +1047,58 @@ def test_confident_parts_drop_unsure_bowel_gas_before_the_sides_are_split() -> N
     assert kept.sum() == 300
     assert coarse.confident_parts(mask, confident, voxel_ml=1.0, min_ml=50.0).sum() == mask.sum()
     assert not coarse.confident_parts(np.zeros(shape, bool), confident, 1.0, 50.0).any()
+
+
+def test_confident_parts_pool_the_pieces_of_a_base_that_the_scans_end_cuts() -> None:
+    """The top of an abdominal scan cuts a base into crescents of the recess, each below the
+    cut-lung share: the pieces on one side of the midline that reach the scan's last slice count
+    together; pieces across the midline, inside the view, or that the network calls the other
+    side do not."""
+    from segpipe.refine import piece_side
+
+    shape = (30, 20, 40)
+    mask = np.zeros(shape, bool)
+    mask[26:30, 2:5, 25:30] = True  # two pieces of a left base at the top: 60 voxels each
+    mask[26:30, 10:13, 32:37] = True
+    mask[26:30, 2:5, 2:7] = True  # one piece on the right: 60 voxels
+    mask[10:14, 2:5, 25:30] = True  # the same two inside the view
+    mask[10:14, 10:13, 32:37] = True
+    confident = mask.copy()
+    left_vote = np.zeros(shape, bool)
+    left_vote[:, :, 20:] = True
+    midline = 19.5
+
+    # the cut-lung share of 2000 mL is 100 mL: no piece alone, the two left ones together
+    assert not coarse.confident_parts(mask, confident, 1.0, 2000.0).any()
+    kept = coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, left_vote))
+    assert kept[28, 3, 27] and kept[28, 11, 34]
+    assert not kept[28, 3, 4] and not kept[12, 3, 27] and kept.sum() == 120
+    vote = left_vote.copy()
+    vote[26:30, 10:13, 32:37] = False  # the network calls one of them right: no side, no pooling
+    assert not coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, vote)).any()
+
+
+def test_confident_parts_give_gas_at_the_scans_end_no_cut_lung_share() -> None:
+    """A find at the scan's edge whose sure voxels are a quarter or more pure air is gas under
+    the dome (stomach, colon), not the tip of a lung: it needs the whole minimum and it does not
+    pool with a base's pieces; lung tissue with some pure-air voxels keeps the share."""
+    from segpipe.refine import piece_side
+
+    shape = (30, 20, 40)
+    mask = np.zeros(shape, bool)
+    mask[25:30, 2:8, 25:35] = True  # 300 voxels at the top, left
+    mask[25:30, 12:16, 25:35] = True  # 200 more on the left
+    confident = mask.copy()
+    air = np.zeros(shape, bool)
+    air[25:30, 2:8, 25:35] = True  # the first is pure air: gas
+    air[25:26, 12:16, 25:35] = True  # a fifth of the second: lung tissue
+    left_vote = np.zeros(shape, bool)
+    left_vote[:, :, 20:] = True
+    kept = coarse.confident_parts(mask, confident, 1.0, 5000.0, air=air, air_share=0.25)  # share: 250 mL
+    assert not kept.any()  # the gas needs the whole 5000 mL, the lung's 200 mL are under 250
+    assert coarse.confident_parts(mask, confident, 1.0, 5000.0)[27, 5, 30]  # without the guard the gas counts
+    pooled = coarse.confident_parts(mask, confident, 1.0, 5000.0, air=air, air_share=0.25,
+                                    side_of=lambda m: piece_side(m, 19.5, left_vote))
+    assert not pooled.any()  # 200 mL of lung do not pool with 300 of gas
+    kept = coarse.confident_parts(mask, confident, 1.0, 4000.0, air=air, air_share=0.25)  # share: 200 mL
+    assert kept[27, 14, 30] and not kept[27, 5, 30]

@@ -10,6 +10,7 @@ clean-up rules use them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -26,6 +27,7 @@ from segpipe.refine import (
     coarse_airways,
     join_cut_pieces,
     padding_footprint,
+    piece_side,
     side_boundary,
     skin_slack,
     split_sides,
@@ -44,15 +46,40 @@ def _at_edge(mask: np.ndarray) -> bool:
                 or mask[:, :, 0].any() or mask[:, :, -1].any())
 
 
-def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, min_ml: float) -> np.ndarray:
+def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, min_ml: float, *,
+                    air: np.ndarray | None = None, air_share: float = 0.25,
+                    side_of: Callable[[np.ndarray], int] | None = None) -> np.ndarray:
     """The components of the coarse lung ``mask`` (6-connected) that hold at least ``min_ml``
     of ``confident`` lung, or :data:`CUT_LUNG_SHARE` of that where a component reaches the
-    scan's edge (a lung the view cuts shows only part of itself)."""
+    scan's edge (a lung the view cuts shows only part of itself).
+
+    That share is for lung tissue: a component whose confident voxels are ``air_share`` or more
+    pure ``air`` (boolean, the grid's voxels below the body rule's ``air_hu``) is gas in the
+    bowel or stomach, not the tip of a lung, and needs the whole ``min_ml``. With ``side_of``
+    (a piece's side, 0 for neither: :func:`segpipe.refine.piece_side`), the cut pieces that
+    reach the scan's first or last slice on one side count their confident lung together: the
+    end of the scan's range cuts a base into crescents of the recess around the dome, each too
+    small alone."""
     labels, n = label(mask)
     if n == 0:
         return np.zeros(mask.shape, bool)
     sure_ml = component_sizes(np.where(confident, labels, 0), n) * voxel_ml
-    keep = sure_ml >= np.where(on_faces(labels, n), CUT_LUNG_SHARE * min_ml, min_ml)
+    cut = on_faces(labels, n)
+    if air is not None:
+        sure_air_ml = component_sizes(np.where(confident & air, labels, 0), n) * voxel_ml
+        cut &= sure_air_ml < air_share * sure_ml
+    if side_of is not None:
+        pooled = sure_ml.copy()
+        for end in (0, -1):  # the scan's first and last slice
+            groups: dict[int, list[int]] = {}
+            for i in np.unique(labels[end][labels[end] > 0]):
+                side = side_of(labels == i) if cut[i] else 0
+                if side:
+                    groups.setdefault(side, []).append(int(i))
+            for members in groups.values():
+                pooled[members] = np.maximum(pooled[members], sure_ml[members].sum())
+        sure_ml = pooled
+    keep = sure_ml >= np.where(cut, CUT_LUNG_SHARE * min_ml, min_ml)
     keep[0] = False
     return keep[labels]
 
@@ -204,13 +231,17 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body, padding=_padding_on(canonical, coarse_img, s))
     # a lung needs enough confident lung: smaller or unsure finds are gas in the bowel or
     # stomach. A lung the scan's edge cuts (the bases at the top of an abdominal scan, a slab)
-    # shows only part of itself, a few mL at the tip of a recess: a twentieth is enough. Unsure
-    # finds go before the sides are split, so that larger pockets of bowel gas do not take the
-    # place of a small base. The network's side only confirms that pieces on one side of the
-    # body's midline are one lung that the scan's edge cuts (a recess cut into pieces)
+    # shows only part of itself, a few mL at the tip of a recess: a twentieth is enough, counted
+    # over the crescents of one side that the scan's end cuts, and only for lung tissue (gas
+    # is pure air, lung is not). Unsure finds go before the sides are split, so that larger
+    # pockets of bowel gas do not take the place of a small base. The network's side only
+    # confirms that pieces on one side of the body's midline are one lung that the scan's edge
+    # cuts (a recess cut into pieces)
     voxel_ml = spatial.voxel_volume_ml(coarse_img)
-    found = confident_parts(lung & skin_slack(body), confident, voxel_ml, s.min_lung_ml)
     midline_x = body_midline_x(hu, s.rules.body.hu)
+    found = confident_parts(lung & skin_slack(body), confident, voxel_ml, s.min_lung_ml,
+                            air=hu < s.rules.body.air_hu, air_share=s.rules.body.air_share,
+                            side_of=lambda piece: piece_side(piece, midline_x, left_vote))
     sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote)
     sides = join_cut_pieces(found, sides, midline_x, left_vote)
     for value in (1, 2):

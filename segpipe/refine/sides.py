@@ -15,7 +15,7 @@ import numpy as np
 from segpipe.refine._util import component_sizes, label, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
 
-__all__ = ["SidesParams", "split_sides", "join_cut_pieces", "side_boundary", "rule"]
+__all__ = ["SidesParams", "split_sides", "piece_side", "join_cut_pieces", "side_boundary", "rule"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def _left_share(mask: np.ndarray, midline_x: float) -> float:
     return float(counts[np.arange(counts.size) > midline_x].sum()) / max(1, int(counts.sum()))
 
 
-def _one_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int:
+def piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int:
     """1 (right) or 2 (left) where nine tenths of ``mask`` lie on that side of ``midline_x``
     and as much of it is that side by ``left_vote``; 0 otherwise."""
     share, vote = _left_share(mask, midline_x), float(left_vote[mask].mean())
@@ -96,10 +96,10 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         if min(shares) < 0.1 and max(shares) > 0.9:
             big = order[:2]
     if len(big) >= 2 and midline_x is not None and left_vote is not None:
-        side = _one_side(labels == big[0], midline_x, left_vote)
-        if side and _one_side(labels == big[1], midline_x, left_vote) == side:
+        side = piece_side(labels == big[0], midline_x, left_vote)
+        if side and piece_side(labels == big[1], midline_x, left_vote) == side:
             out[(labels == big[0]) | (labels == big[1])] = side
-            other = next((i for i in order if i not in big[:2] and _one_side(labels == i, midline_x, left_vote) == 3 - side), None)
+            other = next((i for i in order if i not in big[:2] and piece_side(labels == i, midline_x, left_vote) == 3 - side), None)
             if other is not None:
                 out[labels == other] = 3 - side
             return out
@@ -137,7 +137,7 @@ def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left
     for end in (0, -1):  # the scan's first and last slice
         for i in np.unique(labels[end][labels[end] > 0]):
             piece = labels == i
-            side = _one_side(piece, midline_x, left_vote)
+            side = piece_side(piece, midline_x, left_vote)
             if side and (sides[end] == side).any() and not out[piece].any():
                 out[piece] = side
     return out
