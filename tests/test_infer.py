@@ -1076,6 +1076,11 @@ def test_confident_parts_pool_the_pieces_of_a_base_that_the_scans_end_cuts() -> 
     vote = left_vote.copy()
     vote[26:30, 10:13, 32:37] = False  # the network calls one of them right: no side, no pooling
     assert not coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, vote)).any()
+    # where one piece is enough alone, the small ones beside it stay out
+    mask[20:30, 2:8, 25:30] = True  # the first left piece grows to 300 voxels
+    confident = mask.copy()
+    kept = coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, left_vote))
+    assert kept[28, 3, 27] and not kept[28, 11, 34] and kept.sum() == 300
 
 
 def test_confident_parts_give_gas_at_the_scans_end_no_cut_lung_share() -> None:

@@ -57,9 +57,10 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
     pure ``air`` (boolean, the grid's voxels below the body rule's ``air_hu``) is gas in the
     bowel or stomach, not the tip of a lung, and needs the whole ``min_ml``. With ``side_of``
     (a piece's side, 0 for neither: :func:`segpipe.refine.piece_side`), the cut pieces that
-    reach the scan's first or last slice on one side count their confident lung together: the
-    end of the scan's range cuts a base into crescents of the recess around the dome, each too
-    small alone."""
+    reach the scan's first or last slice on one side count their confident lung together where
+    none of them is enough alone: the end of the scan's range can cut a small base into
+    crescents of the recess around the dome. Where one piece is enough, the others stay out
+    (small finds beside a found base are as often gas in mottled stool)."""
     labels, n = label(mask)
     if n == 0:
         return np.zeros(mask.shape, bool)
@@ -76,8 +77,9 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
                 side = side_of(labels == i) if cut[i] else 0
                 if side:
                     groups.setdefault(side, []).append(int(i))
-            for members in groups.values():
-                pooled[members] = np.maximum(pooled[members], sure_ml[members].sum())
+            for members in groups.values():  # only where no piece is enough alone
+                if sure_ml[members].max() < CUT_LUNG_SHARE * min_ml:
+                    pooled[members] = sure_ml[members].sum()
         sure_ml = pooled
     keep = sure_ml >= np.where(cut, CUT_LUNG_SHARE * min_ml, min_ml)
     keep[0] = False
