@@ -31,7 +31,9 @@ class BodyParams:
             more than ``table_share`` of the scan's posterior edge (the table's mattress under
             the patient); a lung cut by the field of view is neither, emphysema's pure-air
             patches in it included.
-        air_share: see ``air_cm2``.
+        air_share: see ``air_cm2``. With ``air_hu`` (on the coarse grid's own voxels) also the
+            coarse stage's test for gas at the scan's edge: a find whose sure voxels are this
+            share or more pure air gets no cut-lung share (:func:`segpipe.infer.coarse.confident_parts`).
         table_share: see ``air_cm2``.
         padding_hu: below this, over a region that reaches the array's border, is the
             scanner's padding outside its reconstruction circle (-2048, -3024): beyond the scan.
