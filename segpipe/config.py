@@ -298,7 +298,8 @@ class PhantomPathologyConfig:
     """Per-phantom probability of each pathology in the generated training phantoms
     (``data.phantom_pathology``); a key left out keeps the generator's default (see
     :func:`segpipe.synthetic.sample_spec`). Raise one to train on more of it, e.g.
-    ``emphysema: 0.5`` for a COPD cohort."""
+    ``emphysema: 0.5`` for a COPD cohort. ``whole_lobe`` is the share of lobar consolidations
+    that fill their whole lobe (default 0)."""
 
     nodules: float | None = None
     consolidation: float | None = None
@@ -306,6 +307,7 @@ class PhantomPathologyConfig:
     emphysema: float | None = None
     effusion: float | None = None
     collapse: float | None = None
+    whole_lobe: float | None = None
 
     def __post_init__(self) -> None:
         for name, v in _given(self).items():

@@ -371,6 +371,45 @@ def test_lobar_consolidation_ends_on_a_fissure() -> None:
     assert "patchy" in lobes and lobes & {"lower", "upper", "middle"} and checked == 1
 
 
+def test_whole_lobe_consolidation_fills_its_lobe_to_the_pleura() -> None:
+    """With ``whole_lobe`` a lobar consolidation is the lobe itself: every lung voxel of that
+    side well inside its fissure planes is dense (consolidation, or the vessels and air
+    bronchograms crossing it), none aerated, and it reaches the lung's outer surface; without
+    it the same seed draws 2-4 lobules, which leave aerated lung in the lobe."""
+    from scipy import ndimage
+
+    for seed in range(40):
+        spec = PhantomSpec(seed=seed, size_xyz=(96, 96, 64), spacing_xyz=(4.0, 4.0, 5.0), consolidation=1.0,
+                           whole_lobe=1.0)
+        ph = make_phantom(spec, tissue_map=True)
+        found = ph.info["consolidation"]
+        if len(found) == 1 and found[0]["lobe"] != "patchy":
+            break
+    else:
+        pytest.fail("no seed drew a single lobar consolidation")
+    (c,) = found
+    assert c["whole_lobe"] and not c["margin"]
+    tissue = sitk.GetArrayFromImage(ph.tissue)
+    label = sitk.GetArrayFromImage(ph.label)
+    side = label == (1 if c["side"] == "right" else 2)
+    zyx = np.argwhere(side)
+    pts = np.array([ph.label.TransformIndexToPhysicalPoint([int(v) for v in q[::-1]]) for q in zyx])
+    deep = np.ones(len(pts), bool)
+    for plane in c["fissures"]:
+        deep &= (pts - plane["point_mm"]) @ np.asarray(plane["normal"]) < -8.0
+    lobe = np.zeros(side.shape, bool)
+    lobe[tuple(zyx[deep].T)] = True
+    t = tissue[lobe]
+    assert lobe.sum() > 100
+    assert np.mean(t == TISSUES["lung"]) < 0.02
+    assert np.mean(t == TISSUES["consolidation"]) > 0.6
+    surface = side & ~ndimage.binary_erosion(side)
+    assert np.count_nonzero(surface & (tissue == TISSUES["consolidation"])) > 50
+    lobules = make_phantom(spec.replace(whole_lobe=0.0), tissue_map=True)
+    assert not lobules.info["consolidation"][0]["whole_lobe"]
+    assert np.mean(sitk.GetArrayFromImage(lobules.tissue)[lobe] == TISSUES["lung"]) > 0.1
+
+
 def test_zero_length_capsule_is_a_ball() -> None:
     """A capsule whose ends coincide (a smoothed path with a repeated knot) is a ball."""
     from segpipe.synthetic.shapes import Capsule, Grid

@@ -191,7 +191,7 @@ def build_lungs(b: Body, rng: np.random.Generator) -> LungParts:
                 _bronchi(segs, sx, walls, lumens)
     # ---- pathology painted over the vessels
     if rng.random() < spec.consolidation:
-        info["consolidation"] = _consolidation(b, pts_by_side, arteries, rng, post)
+        info["consolidation"] = _consolidation(b, pts_by_side, arteries, rng, post, spec.whole_lobe)
     if rng.random() < spec.effusion:
         info["effusion"] = _effusion(b, lungs, rng, post, out.carve_first)
     if rng.random() < spec.collapse:
@@ -297,7 +297,8 @@ def _blobs(pts_by_side, rng, S: float, items: list[Item], name: str, radius: tup
     return found
 
 
-def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: list[Item]) -> list[dict]:
+def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: list[Item],
+                   whole_lobe: float = 0.0) -> list[dict]:
     """Airspace consolidation: lung whose alveoli are filled (lung label), 1-2 regions.
 
     What tells it apart from a pleural effusion (fluid outside the lung, dependent, 0-20 HU,
@@ -307,7 +308,8 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
       through the hilum (oblique fissure ~35-60 degrees from the axial plane; the right
       horizontal fissure at the hilum's height), the rest of their edge lobulated; *patchy*
       ones (bronchopneumonia) are clusters of 5-10 lobule-sized foci (10-26 mm) in the
-      dependent lung, with an irregular outline;
+      dependent lung, with an irregular outline; a share ``whole_lobe`` of the lobar ones fill
+      the whole lobe out to the pleura and the diaphragm (lobar pneumonia), without a rim;
     - most (80 %) fade into the aerated lung through a 4-10 mm ground-glass rim (-650..-350 HU,
       partly transparent: partly filled alveoli), except along a fissure, which stays sharp;
     - denser than fluid, less dense than liver and spleen: 15-40 HU, 10-25 HU more on
@@ -345,16 +347,21 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
             cand = inner[(inner[:, 1] > np.percentile(inner[:, 1], 55)) & (inner[:, 2] < np.percentile(inner[:, 2], 50))]
             cand = cand if len(cand) else inner
         c = cand[rng.integers(len(cand))]
-        # lobar: 2-4 large lobules; patchy: a cluster of 5-10 lobule-sized foci (irregular outline)
-        spread, radius, count = (15, (30, 60), (2, 5)) if lobar else (16, (10, 26), (5, 11))
-        parts = [Ellipsoid(c + rng.normal(0, spread * S, 3) * (i > 0), rng.uniform(*radius, 3) * S)
-                 for i in range(int(rng.integers(*count)))]
+        whole = lobar and whole_lobe > 0 and rng.random() < whole_lobe  # no draw when off: phantoms stay as they were
+        if whole:  # the lobe's part of the lung, all of it ("in_lung" keeps it inside the lung)
+            lo_all, hi_all = pts.min(axis=0), pts.max(axis=0)
+            parts = [Ellipsoid((lo_all + hi_all) / 2, (hi_all - lo_all) + 10 * S)]
+        else:
+            # lobar: 2-4 large lobules; patchy: a cluster of 5-10 lobule-sized foci (irregular outline)
+            spread, radius, count = (15, (30, 60), (2, 5)) if lobar else (16, (10, 26), (5, 11))
+            parts = [Ellipsoid(c + rng.normal(0, spread * S, 3) * (i > 0), rng.uniform(*radius, 3) * S)
+                     for i in range(int(rng.integers(*count)))]
 
         def on_lobe_side(shape: Shape) -> Shape:
             return Intersect(shape, *planes) if planes else shape  # noqa: B023 (called at once, in this iteration)
 
         region = on_lobe_side(Union(*parts))
-        margin = rng.random() < 0.8
+        margin = rng.random() < 0.8 and not whole
         if margin:  # partly filled alveoli around it: a ground-glass rim (the fissure stays sharp)
             grow = float(rng.uniform(4, 10) * S)
             rim_shape = on_lobe_side(Union(*(Ellipsoid(q.c, q.r + grow) for q in parts)))
@@ -362,7 +369,7 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
                               SmoothField(rng, rim_shape.lo, rim_shape.hi, 5, 60, rng.uniform(-650, -350)), "in_lung",
                               T["ground_glass"], float(rng.uniform(0.5, 0.9))))
         lo, hi = region.lo, region.hi
-        hu = float(rng.uniform(15, 40)) + (float(rng.uniform(10, 25)) if b.contrast else 0.0)
+        hu = float(rng.uniform(15, 40) if not whole else rng.uniform(20, 50)) + (float(rng.uniform(10, 25)) if b.contrast else 0.0)
         items.append(Item("consolidation", region, SmoothField(rng, lo, hi, 6, 12, hu), "in_lung", T["consolidation"]))
         segs = [s for s in arteries[side]
                 if np.all(np.minimum(s[0], s[1]) < hi) and np.all(np.maximum(s[0], s[1]) > lo)]
@@ -374,7 +381,7 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
         if caps:
             items.append(Item("air_bronchogram", Intersect(CapsuleSet.from_capsules(caps), region),
                               float(rng.uniform(-1000, -900)), "in_lung", T["bronchus"]))
-        found.append({"centre_mm": c.tolist(), "side": side, "lobe": lobe, "hu": hu, "air_bronchogram": bronchogram,
+        found.append({"centre_mm": c.tolist(), "side": side, "lobe": lobe, "whole_lobe": whole, "hu": hu, "air_bronchogram": bronchogram,
                       "margin": margin,
                       "fissures": [{"point_mm": pl.p.tolist(), "normal": pl.n.tolist()} for pl in planes]})
     return found

@@ -73,6 +73,9 @@ class PhantomSpec:
         nodules, consolidation, ground_glass, emphysema, effusion, collapse: Probability of each
             pathology (drawn per phantom from ``seed``). ``collapse`` is one partially
             collapsed lung with pneumothorax or fluid around it.
+        whole_lobe: Share of the lobar consolidations that fill their whole lobe out to the
+            pleura, the diaphragm and the fissure (lobar pneumonia, a drowned lobe) rather than
+            2-4 of its lobules.
     """
 
     seed: int = 0
@@ -100,6 +103,7 @@ class PhantomSpec:
     emphysema: float = 0.0
     effusion: float = 0.0
     collapse: float = 0.0
+    whole_lobe: float = 0.0
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -142,7 +146,7 @@ class PhantomSpec:
             raise bad("blur_mm", "a blur in 0..5 mm")
         if self.padding_value is not None and self.padding_value not in PADDING_VALUES:
             raise bad("padding_value", "None or one of -1024, -2048, -3024")
-        for name in (*PATHOLOGIES, "abdomen_detail"):
+        for name in (*PATHOLOGIES, "abdomen_detail", "whole_lobe"):
             if not 0 <= getattr(self, name) <= 1:
                 raise bad(name, "a probability in 0..1")
 
