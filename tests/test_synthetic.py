@@ -266,6 +266,25 @@ def test_cli_writes_decathlon_layout(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert np.array_equal(a, b)
 
 
+def test_cli_whole_lobe_consolidation(tmp_path: Path) -> None:
+    """``--whole-lobe 1`` with consolidation: the lobar consolidations fill their lobe (the
+    dataset's case record says so) and the lung holds more dense tissue than without it."""
+    dense = {}
+    for p in ("0", "1"):
+        out = tmp_path / p
+        assert main(["synth", "--out", str(out), "--n", "1", "--seed", "5", "--size", "64,64,48", "--coverage", "chest",
+                     "--pathology", "consolidation", "--whole-lobe", p, "--quiet"]) == 0
+        meta = json.loads((out / "dataset.json").read_text())
+        found = meta["segpipe_phantoms"]["cases"][0]["consolidation"]
+        assert all(c["whole_lobe"] == (p == "1" and c["lobe"] != "patchy") for c in found)
+        image = sitk.GetArrayFromImage(sitk.ReadImage(str(out / "imagesTr" / "phantom_000.nii.gz")))
+        label = sitk.GetArrayFromImage(sitk.ReadImage(str(out / "labelsTr" / "phantom_000.nii.gz")))
+        dense[p] = int(((label > 0) & (image > -300)).sum())
+        if p == "1":
+            assert any(c["lobe"] != "patchy" for c in found)
+    assert dense["1"] > 1.5 * dense["0"]
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -277,6 +296,7 @@ def test_cli_writes_decathlon_layout(tmp_path: Path, capsys: pytest.CaptureFixtu
         ["--noise", "900"],
         ["--orientation", "XYZ"],
         ["--abdomen-detail", "2"],
+        ["--whole-lobe", "1.5"],
     ],
 )
 def test_cli_bad_options_one_line_exit_2(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
