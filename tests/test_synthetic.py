@@ -398,6 +398,8 @@ def test_whole_lobe_consolidation_fills_its_lobe_to_the_pleura() -> None:
     it the same seed draws 2-4 lobules, which leave aerated lung in the lobe."""
     from scipy import ndimage
 
+    from segpipe.spatial import index_to_physical
+
     for seed in range(40):
         spec = PhantomSpec(seed=seed, size_xyz=(96, 96, 64), spacing_xyz=(4.0, 4.0, 5.0), consolidation=1.0,
                            whole_lobe=1.0)
@@ -413,7 +415,7 @@ def test_whole_lobe_consolidation_fills_its_lobe_to_the_pleura() -> None:
     label = sitk.GetArrayFromImage(ph.label)
     side = label == (1 if c["side"] == "right" else 2)
     zyx = np.argwhere(side)
-    pts = np.array([ph.label.TransformIndexToPhysicalPoint([int(v) for v in q[::-1]]) for q in zyx])
+    pts = index_to_physical(ph.label, zyx[:, ::-1].astype(float))
     deep = np.ones(len(pts), bool)
     for plane in c["fissures"]:
         deep &= (pts - plane["point_mm"]) @ np.asarray(plane["normal"]) < -8.0

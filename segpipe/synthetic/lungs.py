@@ -369,7 +369,7 @@ def _consolidation(b: Body, pts_by_side, arteries: dict[str, list], rng, items: 
                               SmoothField(rng, rim_shape.lo, rim_shape.hi, 5, 60, rng.uniform(-650, -350)), "in_lung",
                               T["ground_glass"], float(rng.uniform(0.5, 0.9))))
         lo, hi = region.lo, region.hi
-        hu = float(rng.uniform(15, 40) if not whole else rng.uniform(20, 50)) + (float(rng.uniform(10, 25)) if b.contrast else 0.0)
+        hu = float(rng.uniform(*((20, 50) if whole else (15, 40)))) + (float(rng.uniform(10, 25)) if b.contrast else 0.0)
         items.append(Item("consolidation", region, SmoothField(rng, lo, hi, 6, 12, hu), "in_lung", T["consolidation"]))
         segs = [s for s in arteries[side]
                 if np.all(np.minimum(s[0], s[1]) < hi) and np.all(np.maximum(s[0], s[1]) > lo)]
