@@ -370,6 +370,7 @@ class DataConfig:
     phantom_pathology: PhantomPathologyConfig = field(default_factory=PhantomPathologyConfig)
     phantom_coverage: PhantomCoverageConfig = field(default_factory=PhantomCoverageConfig)
     phantom_abdomen_detail: float = 0.0
+    phantom_diaphragm_variety: float = 0.0
     val_fraction: float = 0.2
     num_workers: int = 2
     margin_mm: float = 12.0
@@ -381,8 +382,9 @@ class DataConfig:
             raise ConfigError("data: expected extra_phantoms, num_workers, margin_mm, fine_below_mm and fine_decoy_mm >= 0")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction: expected 0 <= fraction < 1, got {self.val_fraction}")
-        if not 0.0 <= self.phantom_abdomen_detail <= 1.0:
-            raise ConfigError(f"data.phantom_abdomen_detail: expected a probability in [0, 1], got {self.phantom_abdomen_detail}")
+        for name in ("phantom_abdomen_detail", "phantom_diaphragm_variety"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"data.{name}: expected a probability in [0, 1], got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)

@@ -297,6 +297,7 @@ def test_cli_whole_lobe_consolidation(tmp_path: Path) -> None:
         ["--orientation", "XYZ"],
         ["--abdomen-detail", "2"],
         ["--whole-lobe", "1.5"],
+        ["--diaphragm-variety", "-0.1"],
     ],
 )
 def test_cli_bad_options_one_line_exit_2(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -430,6 +431,32 @@ def test_whole_lobe_consolidation_fills_its_lobe_to_the_pleura() -> None:
     lobules = make_phantom(spec.replace(whole_lobe=0.0), tissue_map=True)
     assert not lobules.info["consolidation"][0]["whole_lobe"]
     assert np.mean(sitk.GetArrayFromImage(lobules.tissue)[lobe] == TISSUES["lung"]) > 0.1
+
+
+def test_diaphragm_variety_brings_the_anterior_recesses_down() -> None:
+    """With ``diaphragm_variety`` the domes are narrower front to back and less tilted: the
+    lung's floor in front (before the heart and the liver) comes down toward the posterior
+    recesses, which stay the lowest lung; the rest of the phantom is drawn as before."""
+
+    def floor_gap(ph) -> float:  # median floor height of the front fifth of lung columns less that of the back fifth
+        lab = sitk.DICOMOrient(ph.label, "LPS")
+        lung = sitk.GetArrayFromImage(lab) > 0
+        columns = lung.any(0)
+        floor = np.argmax(lung, axis=0) * lab.GetSpacing()[2]  # LPS: z index 0 is the feet
+        y = np.nonzero(columns)[0]
+        rows = np.arange(lung.shape[1])[:, None]
+        front = np.median(floor[columns & (rows <= np.percentile(y, 20))])
+        back = np.median(floor[columns & (rows >= np.percentile(y, 80))])
+        return float(front - back)
+
+    for seed in (3, 11, 42):
+        spec = PhantomSpec(seed=seed, size_xyz=(96, 96, 96), coverage="chest")
+        plain, varied = make_phantom(spec), make_phantom(spec.replace(diaphragm_variety=1.0))
+        gap, varied_gap = floor_gap(plain), floor_gap(varied)
+        assert gap > 30.0 and 0.0 <= varied_gap < gap - 8.0, (seed, gap, varied_gap)
+        assert varied.info["diaphragm"] != plain.info["diaphragm"]
+    with pytest.raises(ConfigError, match="diaphragm_variety"):
+        PhantomSpec(diaphragm_variety=1.5)
 
 
 def test_zero_length_capsule_is_a_ball() -> None:

@@ -61,6 +61,9 @@ def rotation(u: np.ndarray) -> np.ndarray:
     return np.vstack([u, v, np.cross(u, v)])
 
 
+DOME_LY, DOME_Y, DOME_TILT = (0.7, 1.0), (-15.0, 5.0), (0.2, 1.0)  # diaphragm_variety's ranges
+
+
 class Body:
     """Patient proportions and the structures outside the lungs.
 
@@ -141,6 +144,10 @@ class Body:
         # diaphragm
         self.dome = dict(xR=-50 * S * j(0.1), xL=55 * S * j(0.1), y=-15 * S, Lx=100 * S * j(0.05),
                          Ly=120 * S * j(0.05), depth=90 * S * j(0.1), tilt=15 * S * j(0.2), steep=1.0)
+        if spec.diaphragm_variety and rng.random() < spec.diaphragm_variety:
+            # (drawn only when asked for: every other phantom stays as it was)
+            u = rng.uniform
+            self.dome.update(Ly=self.dome["Ly"] * u(*DOME_LY), y=u(*DOME_Y) * S, tilt=self.dome["tilt"] * u(*DOME_TILT))
         self.contrast = spec.contrast
         self.hu_blood = float(rng.uniform(150, 320)) if spec.contrast else float(rng.uniform(35, 50))
         self.hu_muscle = float(rng.uniform(40, 58))

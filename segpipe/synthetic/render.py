@@ -39,7 +39,7 @@ class Phantom:
         label: uint8 label on the same grid: 0 background, 1 right lung, 2 left lung.
         spec: The spec it was made from.
         info: What was placed, JSON-able: landmarks, pathologies with physical centres (LPS mm),
-            airway centreline, bowel-gas points, lung volumes (ml), timings (s).
+            airway centreline, bowel-gas points, the diaphragm's shape, lung volumes (ml), timings (s).
         tissue: With ``tissue_map=True``: uint8 image of the topmost structure per voxel
             (ids in :data:`segpipe.synthetic.TISSUES`), else None.
     """
@@ -312,6 +312,8 @@ def _info(body: Body, parts, offset: np.ndarray, label: np.ndarray, grid: Grid) 
     info: dict[str, Any] = {"landmarks_z_mm": {k: round(v + offset[2], 2) for k, v in body.L.items()}}
     info.update(move(parts.info))
     info["bowel_gas_points_mm"] = [(np.asarray(p) + offset).round(3).tolist() for p in body.gas_points]
+    # the domes' shape (mm; ``y`` the domes' centre front to back in the anatomy frame)
+    info["diaphragm"] = {k: round(float(body.dome[k]), 2) for k in ("Lx", "Ly", "y", "depth", "tilt")}
     vox_ml = float(np.prod(grid.spacing)) / 1000.0
     counts = np.bincount(label.ravel(), minlength=3)
     info["lung_volume_ml"] = {"right": round(float(counts[1]) * vox_ml, 1), "left": round(float(counts[2]) * vox_ml, 1)}

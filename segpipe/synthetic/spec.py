@@ -76,6 +76,10 @@ class PhantomSpec:
         whole_lobe: Share of the lobar consolidations that fill their whole lobe out to the
             pleura, the diaphragm and the fissure (lobar pneumonia, a drowned lobe) rather than
             2-4 of its lobules.
+        diaphragm_variety: Probability that the diaphragm's shape is drawn from a wider range:
+            domes narrower front to back, centred further back and less tilted, so that the
+            anterior costophrenic recesses reach as low as the posterior ones (the lung in
+            front of the heart and the liver shows in the top slices of an abdominal scan).
     """
 
     seed: int = 0
@@ -104,6 +108,7 @@ class PhantomSpec:
     effusion: float = 0.0
     collapse: float = 0.0
     whole_lobe: float = 0.0
+    diaphragm_variety: float = 0.0
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -146,7 +151,7 @@ class PhantomSpec:
             raise bad("blur_mm", "a blur in 0..5 mm")
         if self.padding_value is not None and self.padding_value not in PADDING_VALUES:
             raise bad("padding_value", "None or one of -1024, -2048, -3024")
-        for name in (*PATHOLOGIES, "abdomen_detail", "whole_lobe"):
+        for name in (*PATHOLOGIES, "abdomen_detail", "whole_lobe", "diaphragm_variety"):
             if not 0 <= getattr(self, name) <= 1:
                 raise bad(name, "a probability in 0..1")
 

@@ -90,6 +90,8 @@ def prepare_data(
         overrides: dict[str, Any] = dict(cfg.data.phantom_pathology.overrides())
         if cfg.data.phantom_abdomen_detail:
             overrides["abdomen_detail"] = cfg.data.phantom_abdomen_detail
+        if cfg.data.phantom_diaphragm_variety:
+            overrides["diaphragm_variety"] = cfg.data.phantom_diaphragm_variety
         coverage = cfg.data.phantom_coverage.weights()
         tag = "".join(f"_{k}{v:g}" for k, v in sorted({**overrides, **coverage}.items()))
         if coverage:
