@@ -695,6 +695,31 @@ def test_a_region_grows_a_window_row_on_the_faces_asked_not_past_the_scan_nor_me
     assert "grown_mm" in again.to_dict(scan, s) and "grown_mm" not in right.to_dict(scan, s)
 
 
+def test_a_lung_region_grows_medially_up_to_the_other_lungs_region(model_path: Path) -> None:
+    """Two one-lung regions with a gap between them (a cardiac crop where the coarse stage saw
+    only the lateral part of each lung): each medial face may grow, up to the other region's
+    face and never past it; a lone lung's region still does not grow medially."""
+    s = infer.LungSegmenter.from_file(model_path, device="cpu").settings
+    scan = _big_scan((300, 200, 200), (1.0, 1.0, 2.0), (0.0, 0.0, 0.0))  # x 0..299 mm
+    boxes = {"right": spatial.Box((10.0, 30.0, 60.0), (90.0, 150.0, 180.0)),
+             "left": spatial.Box((200.0, 30.0, 60.0), (290.0, 150.0, 180.0))}
+    planned = {r.name: r for r in regions.plan_regions(scan, boxes, s)}
+    assert set(planned) == {"right", "left"}  # the union would take more windows
+    right, left = planned["right"], planned["left"]
+    assert right.medial_mm == pytest.approx(left.box.lo_xyz[0]) and left.medial_mm == pytest.approx(right.box.hi_xyz[0])
+    assert "x+" in regions.growable_faces(scan, right, s) and "x-" in regions.growable_faces(scan, left, s)
+    row = regions.window_interval(s.fine.patch_xyz[0], s.fine_overlap) * s.fine_mm[0]
+    gap = left.box.lo_xyz[0] - right.box.hi_xyz[0]
+    assert gap > row  # the first row fits, the next stops at the other region
+    once = regions.grown(right, ("x+",), scan, s)
+    assert once.box.hi_xyz[0] == pytest.approx(right.box.hi_xyz[0] + row)
+    twice = regions.grown(once, ("x+",), scan, s)
+    assert twice.box.hi_xyz[0] == pytest.approx(left.box.lo_xyz[0]) and twice.grown_mm[1] == pytest.approx(gap)
+    assert "x+" not in regions.growable_faces(scan, twice, s)  # it reached the other region
+    alone = regions.plan_regions(scan, {"right": boxes["right"]}, s)[0]
+    assert alone.medial_mm is None and "x+" not in regions.growable_faces(scan, alone, s)
+
+
 # ----------------------------------------------------------------------------- coarse lookups
 def _coarse_result(geometry: spatial.Geometry, body: np.ndarray, airways: np.ndarray | None = None) -> coarse.CoarseResult:
     lung = sitk.Image(list(geometry.size), sitk.sitkFloat32)

@@ -37,12 +37,16 @@ class Region:
         box: what it writes (physical mm, canonical).
         context: what the network reads: ``box`` widened to at least one window.
         grown_mm: how far it grew past the coarse stage's box, per face (:data:`FACES` order).
+        medial_mm: for one lung's region beside the other lung's: the x (mm) where the other
+            region begins. Its medial face grows up to there, not past it (None: it does not
+            grow: no other lung was found, or one region holds both).
     """
 
     name: str
     box: spatial.Box
     context: spatial.Box
     grown_mm: tuple[float, ...] = (0.0,) * 6
+    medial_mm: float | None = None
 
     def to_dict(self, geometry: spatial.Geometry, s: Settings) -> dict[str, object]:
         out: dict[str, object] = {**self.box.to_dict(), "windows": windows(geometry, self.box, s)}
@@ -124,15 +128,26 @@ def plan_regions(geometry: spatial.Geometry, boxes: dict[str, spatial.Box], s: S
         # them (COPDGene: 0.986 / 0.983 per box, 0.987 / 0.986 over the union, 48 windows each)
         if windows(geometry, union, s) <= sum(windows(geometry, b, s) for b in fitted.values()):
             fitted = {"both": union}
-    return tuple(Region(name, box, _one_window_at_least(geometry, box, s)) for name, box in fitted.items())
+    # a one-lung region's medial face may grow up to the other lung's region (a cardiac crop:
+    # the coarse stage may find only the lateral part of each lung), never into it
+    medial = {"right": fitted["left"].lo_xyz[0], "left": fitted["right"].hi_xyz[0]} if len(fitted) == 2 else {}
+    return tuple(Region(name, box, _one_window_at_least(geometry, box, s), medial_mm=medial.get(name))
+                 for name, box in fitted.items())
 
 
-def _grow_box(geometry: spatial.Geometry, box: spatial.Box, faces: tuple[str, ...], s: Settings) -> tuple[spatial.Box, list[float]]:
-    """``box`` grown by one row of fine windows on each of ``faces``, not past the scan; and
-    how far it grew per face (mm, in :data:`FACES` order)."""
+def _grow_box(geometry: spatial.Geometry, box: spatial.Box, faces: tuple[str, ...], s: Settings,
+              medial: tuple[str, float] | None = None) -> tuple[spatial.Box, list[float]]:
+    """``box`` grown by one row of fine windows on each of ``faces``, not past the scan (nor,
+    on face ``medial[0]``, past x = ``medial[1]`` mm); and how far it grew per face (mm, in
+    :data:`FACES` order)."""
     first = spatial.index_to_physical(geometry, np.zeros((1, 3)))[0]
     last = spatial.index_to_physical(geometry, np.asarray(geometry.size, float)[None] - 1.0)[0]
     scan_lo, scan_hi = np.minimum(first, last), np.maximum(first, last)
+    if medial is not None:  # the other lung's region bounds this face as the scan's end would
+        if medial[0] == "x-":
+            scan_lo[0] = max(scan_lo[0], medial[1])
+        else:
+            scan_hi[0] = min(scan_hi[0], medial[1])
     lo, hi = np.array(box.lo_xyz, float), np.array(box.hi_xyz, float)
     step = [0.0] * 6
     for face in faces:
@@ -149,15 +164,21 @@ def _grow_box(geometry: spatial.Geometry, box: spatial.Box, faces: tuple[str, ..
 
 def grown(region: Region, faces: tuple[str, ...], geometry: spatial.Geometry, s: Settings) -> Region:
     """``region`` grown by a row of windows on ``faces`` (its context follows)."""
-    box, step = _grow_box(geometry, region.box, faces, s)
+    box, step = _grow_box(geometry, region.box, faces, s, _medial(region))
     return replace(region, box=box, context=_one_window_at_least(geometry, box, s),
                    grown_mm=tuple(g + d for g, d in zip(region.grown_mm, step)))
 
 
+def _medial(region: Region) -> tuple[str, float] | None:
+    """The medial face of a one-lung region and the x (mm) it may grow to, or None."""
+    face = {"right": "x+", "left": "x-"}.get(region.name)
+    return None if face is None or region.medial_mm is None else (face, region.medial_mm)
+
+
 def growable_faces(geometry: spatial.Geometry, region: Region, s: Settings) -> tuple[str, ...]:
     """The faces of ``region`` that may grow: those inside the scan (a face within a voxel of
-    its end cannot grow), less the medial face of a one-lung region (the other lung lies past
-    it)."""
+    its end cannot grow), less the medial face of a one-lung region unless the other lung's
+    region lies further in (:attr:`Region.medial_mm`; up to it)."""
     lo, hi = spatial.box_index_range(geometry, region.box)
     size = np.asarray(geometry.GetSize())
     faces = []
@@ -167,7 +188,9 @@ def growable_faces(geometry: spatial.Geometry, region: Region, s: Settings) -> t
         if hi[axis] < size[axis]:
             faces.append(letter + "+")
     medial = {"right": "x+", "left": "x-"}.get(region.name)  # canonical LPS: x grows toward the patient's left
-    return tuple(f for f in faces if f != medial and _grow_box(geometry, region.box, (f,), s)[1][FACES.index(f)] > 1e-3)
+    limit = _medial(region)
+    return tuple(f for f in faces if (f != medial or limit is not None)
+                 and _grow_box(geometry, region.box, (f,), s, limit)[1][FACES.index(f)] > 1e-3)
 
 
 def lung_on_faces(lung: np.ndarray, grid: spatial.Geometry, box: spatial.Box, faces: tuple[str, ...],
