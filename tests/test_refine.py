@@ -910,7 +910,7 @@ def test_rule_set_bool_shorthand(name: str) -> None:
     ({"fat": {"smooth": 2.0}}, "unknown config key {where}.fat.smooth (allowed: "),     # unknown parameter
     ({"pleural_air": {"min_ml": 20, "grow": 1}}, "unknown config key {where}.pleural_air.grow "),
     ({"body": {"enabled": True, "threshold": -400}},
-     "unknown config key {where}.body.threshold (allowed: air_cm2, air_hu, air_share, cut_share, hu, padding_hu, padding_max_hu, table_share)"),
+     "unknown config key {where}.body.threshold (allowed: air_cm2, air_hu, air_share, cut_share, hu, padding_hu, padding_max_hu, part_share, table_share)"),
     ({"pleural_air": {"min_ml": "20 mL"}}, "{where}.pleural_air.min_ml: expected a number"),  # wrong types
     ({"pleural_air": {"min_ml": True}}, "{where}.pleural_air.min_ml: expected a number"),
     ({"fat": {"enabled": "no"}}, "{where}.fat.enabled: expected true or false"),
@@ -1289,6 +1289,25 @@ def test_body_in_view_is_the_filled_body_when_air_surrounds_the_patient() -> Non
 
     hu = _coarse_chest_slice()
     np.testing.assert_array_equal(body_in_view(hu, (4.0, 4.0, 4.0)), body_interior(hu))
+
+
+def test_body_in_view_leaves_out_the_air_a_tables_shells_enclose() -> None:
+    """A table of two shells with air between them (a sandwich table) encloses that air as
+    the chest wall encloses a lung, but apart from the patient: not body, nor are arms beside
+    the chest; the patient's inside is unchanged."""
+    from segpipe.refine import body_in_view
+
+    hu = _coarse_chest_slice()[0]
+    n = hu.shape[0]
+    plain = body_in_view(hu[None], (4.0, 4.0, 4.0))[0]
+    hu[int(0.9 * n):int(0.97 * n), 3:-3] = 300.0  # the table: shells (bone-like) ...
+    hu[int(0.92 * n):int(0.95 * n), 5:-5] = -1000.0  # ... with air between them
+    yy, xx = np.mgrid[:n, :n].astype(float)
+    arms = (np.minimum(np.abs(xx - 1.5), np.abs(xx - n + 2.5)) / 1.2) ** 2 + ((yy - n / 2) / 6.0) ** 2 <= 1  # apart from the chest
+    hu[arms] = 40.0
+    got = body_in_view(hu[None], (4.0, 4.0, 4.0))[0]
+    np.testing.assert_array_equal(got, plain)
+    assert not got[int(0.9 * n):].any() and not (got & arms).any()
 
 
 def test_body_in_view_keeps_lungs_the_field_of_view_cuts() -> None:

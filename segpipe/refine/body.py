@@ -42,6 +42,9 @@ class BodyParams:
             value, at most this, at the same pixels of every slice, over a region that reaches
             the array's border (:func:`padding_footprint`). Air around a
             patient has noise and moves with the body from slice to slice; padding does not.
+        part_share: a slice's inside is the patient's where connected pieces of it have at
+            least this share of the largest one's area (the torso; arms beside it are smaller,
+            and so is a table whose shells enclose air: that is not the body).
     """
 
     hu: float = -500.0
@@ -52,6 +55,7 @@ class BodyParams:
     air_share: float = 0.25
     padding_hu: float = -1100.0
     padding_max_hu: float = -1000.0
+    part_share: float = 0.3
 
 
 #: fewest slices for :func:`padding_footprint`: in fewer, clipped air may look constant
@@ -162,10 +166,22 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
             table = cols.sum(axis=1) > p.table_share * span
             touching &= air_like | table
         touching[0] = False
-        out[z] = ~touching[labels] & ~beyond
+        out[z] = _patient(~touching[labels] & ~beyond, p.part_share)
 
     map_parallel(one, hu.shape[0])
     return out
+
+
+def _patient(inside: np.ndarray, share: float) -> np.ndarray:
+    """The patient's part of one slice's ``inside`` (``(y, x)``): its connected pieces of at
+    least ``share`` of the largest one's area. A table's shells enclose the air between them
+    as tissue encloses a lung, but apart from the patient: a piece of its own, and small."""
+    labels, n = ndimage.label(inside, structure=CROSS2)
+    if n <= 1:
+        return inside
+    sizes = np.bincount(labels.ravel(), minlength=n + 1)
+    sizes[0] = 0
+    return (sizes >= share * sizes.max())[labels] & inside
 
 
 def skin_slack(body: np.ndarray, voxels: int = 1) -> np.ndarray:
