@@ -25,6 +25,7 @@ FACES = ("x-", "x+", "y-", "y+", "z-", "z+")
 FIT_TRIM_MM = 3.0  # a fine region gives up at most this much margin per side to save windows
 GROW_MIN_MM2 = 200.0  # lung on a fine region's face over this area: the lung goes on past it
 GROW_ROUNDS = 3  # a fine region grows at most this many times (one window row per face each time)
+MEDIAL_FACE = {"right": "x+", "left": "x-"}  # a one-lung region's medial face (canonical LPS: x grows to the patient's left)
 GROW_SUPPORT_SHARE = 0.05  # lung on a face grows a region only with this share of it in the coarse stage's lungs
 
 
@@ -171,7 +172,7 @@ def grown(region: Region, faces: tuple[str, ...], geometry: spatial.Geometry, s:
 
 def _medial(region: Region) -> tuple[str, float] | None:
     """The medial face of a one-lung region and the x (mm) it may grow to, or None."""
-    face = {"right": "x+", "left": "x-"}.get(region.name)
+    face = MEDIAL_FACE.get(region.name)
     return None if face is None or region.medial_mm is None else (face, region.medial_mm)
 
 
@@ -187,9 +188,8 @@ def growable_faces(geometry: spatial.Geometry, region: Region, s: Settings) -> t
             faces.append(letter + "-")
         if hi[axis] < size[axis]:
             faces.append(letter + "+")
-    medial = {"right": "x+", "left": "x-"}.get(region.name)  # canonical LPS: x grows toward the patient's left
     limit = _medial(region)
-    return tuple(f for f in faces if (f != medial or limit is not None)
+    return tuple(f for f in faces if (f != MEDIAL_FACE.get(region.name) or limit is not None)
                  and _grow_box(geometry, region.box, (f,), s, limit)[1][FACES.index(f)] > 1e-3)
 
 
