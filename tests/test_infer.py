@@ -1078,7 +1078,7 @@ def test_confident_parts_pool_the_pieces_of_a_base_that_the_scans_end_cuts() -> 
     """The top of an abdominal scan cuts a base into crescents of the recess, each below the
     cut-lung share: the pieces on one side of the midline that reach the scan's last slice count
     together; pieces across the midline, inside the view, or that the network calls the other
-    side do not."""
+    side do not. Beside a piece that is enough alone, the others are kept with some sure lung."""
     from segpipe.refine import piece_side
 
     shape = (30, 20, 40)
@@ -1101,9 +1101,15 @@ def test_confident_parts_pool_the_pieces_of_a_base_that_the_scans_end_cuts() -> 
     vote = left_vote.copy()
     vote[26:30, 10:13, 32:37] = False  # the network calls one of them right: no side, no pooling
     assert not coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, vote)).any()
-    # where one piece is enough alone, the small ones beside it stay out
+    # where one piece is enough alone, the crescents beside it at the same end are that base's
+    # with a share of sure lung each (1 % of 2000 mL: 20 voxels); a speck is not
     mask[20:30, 2:8, 25:30] = True  # the first left piece grows to 300 voxels
+    mask[29, 16:18, 22:24] = True  # a left speck of 4 voxels at the top
     confident = mask.copy()
+    kept = coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, left_vote))
+    assert kept[28, 3, 27] and kept[28, 11, 34] and not kept[29, 16, 22] and kept.sum() == 360
+    confident[26:30, 10:13, 32:37] = False  # the crescent beside it holds no sure lung: it stays out
+    confident[29, 10:13, 32:34] = True  # (6 sure voxels)
     kept = coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, left_vote))
     assert kept[28, 3, 27] and not kept[28, 11, 34] and kept.sum() == 300
 

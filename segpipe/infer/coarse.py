@@ -38,6 +38,7 @@ __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
 SIDES = (("right", 1), ("left", 2))
 CUT_LUNG_SHARE = 0.05  # a lung the scan's edge cuts counts with this share of min_lung_ml
+BESIDE_SHARE = 0.01  # a cut piece beside a found base at the same end of the scan: this share of min_lung_ml
 
 
 def _at_edge(mask: np.ndarray) -> bool:
@@ -59,8 +60,9 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
     (a piece's side, 0 for neither: :func:`segpipe.refine.piece_side`), the cut pieces that
     reach the scan's first or last slice on one side count their confident lung together where
     none of them is enough alone: the end of the scan's range can cut a small base into
-    crescents of the recess around the dome. Where one piece is enough, the others stay out
-    (small finds beside a found base are as often gas in mottled stool)."""
+    crescents of the recess around the dome. Where one piece is enough, the others beside it
+    (the lateral and posterior crescents of a base whose front piece was found) need
+    :data:`BESIDE_SHARE` of ``min_ml`` each, to leave out specks."""
     labels, n = label(mask)
     if n == 0:
         return np.zeros(mask.shape, bool)
@@ -77,9 +79,12 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
                 side = side_of(labels == i) if cut[i] else 0
                 if side:
                     groups.setdefault(side, []).append(int(i))
-            for members in groups.values():  # only where no piece is enough alone
-                if sure_ml[members].max() < CUT_LUNG_SHARE * min_ml:
+            for members in groups.values():
+                if sure_ml[members].max() < CUT_LUNG_SHARE * min_ml:  # none enough alone: together
                     pooled[members] = sure_ml[members].sum()
+                else:  # a found base: the crescents beside it with some sure lung are its own
+                    beside = [m for m in members if sure_ml[m] >= BESIDE_SHARE * min_ml]
+                    pooled[beside] = np.maximum(pooled[beside], CUT_LUNG_SHARE * min_ml)
         sure_ml = pooled
     keep = sure_ml >= np.where(cut, CUT_LUNG_SHARE * min_ml, min_ml)
     keep[0] = False
