@@ -298,6 +298,7 @@ def test_cli_whole_lobe_consolidation(tmp_path: Path) -> None:
         ["--abdomen-detail", "2"],
         ["--whole-lobe", "1.5"],
         ["--diaphragm-variety", "-0.1"],
+        ["--flexure-variety", "2"],
     ],
 )
 def test_cli_bad_options_one_line_exit_2(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -457,6 +458,23 @@ def test_diaphragm_variety_brings_the_anterior_recesses_down() -> None:
         assert varied.info["diaphragm"] != plain.info["diaphragm"]
     with pytest.raises(ConfigError, match="diaphragm_variety"):
         PhantomSpec(diaphragm_variety=1.5)
+
+
+def test_flexure_variety_brings_the_colon_up_under_the_left_dome() -> None:
+    """With ``flexure_variety`` the colon's splenic flexure lies 15-50 mm below the left dome
+    (about 60 mm without), so a scan whose top edge is just below the lungs shows gas and stool
+    there; gas and stool stay below the diaphragm."""
+    from segpipe.synthetic import TISSUES
+
+    for seed in (3, 11, 42):
+        spec = PhantomSpec(seed=seed, size_xyz=(96, 96, 96), coverage="chest_abdomen", abdomen_detail=1.0)
+        plain, high = make_phantom(spec), make_phantom(spec.replace(flexure_variety=1.0), tissue_map=True)
+        below, high_below = plain.info["colon_below_left_dome_mm"], high.info["colon_below_left_dome_mm"]
+        assert below > 50.0 and 10.0 <= high_below < below - 8.0, (seed, below, high_below)
+        tissue, lab = sitk.GetArrayFromImage(high.tissue), sitk.GetArrayFromImage(high.label)
+        assert not np.any(np.isin(tissue, [TISSUES["bowel_gas"], TISSUES["bowel"]]) & (lab > 0))
+    with pytest.raises(ConfigError, match="flexure_variety"):
+        PhantomSpec(flexure_variety=1.5)
 
 
 def test_zero_length_capsule_is_a_ball() -> None:

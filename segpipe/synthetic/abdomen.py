@@ -8,6 +8,8 @@ from segpipe.synthetic.anatomy import Body, rotation
 from segpipe.synthetic.fields import Remap
 from segpipe.synthetic.shapes import Capsule, Ellipsoid, HalfSpace, Intersect, smooth_path, tube
 
+FLEXURE_X, FLEXURE_Y, FLEXURE_BELOW_DOME = (55.0, 85.0), (-50.0, -10.0), (15.0, 50.0)  # flexure_variety's ranges (mm)
+
 
 def build_abdomen(b: Body) -> None:
     """Liver (with vessels), gallbladder, IVC, spleen, stomach (with an air-fluid level), kidneys,
@@ -21,6 +23,12 @@ def build_abdomen(b: Body) -> None:
                       (-20, -62, L["domeR"] - 125), (40, -58, L["domeR"] - 115), (84, -12, L["domeL"] - 62),
                       (92, 22, L["iliac"] + 10), (45, -25, L["pubis"] + 60), (0, 58, L["pubis"] + 25)]) * \
         np.array([S, S, 1.0])
+    if b.spec.flexure_variety and rng.random() < b.spec.flexure_variety:
+        # (drawn only when asked for: every other phantom stays as it was) the splenic flexure
+        # high under the left dome, often in front of the stomach, the transverse colon rising to it
+        u = rng.uniform
+        knots[5] = (u(*FLEXURE_X) * S, u(*FLEXURE_Y) * S, L["domeL"] - u(*FLEXURE_BELOW_DOME))
+        knots[4, 2] = L["domeL"] - u(45, 100)
     knots[:, :2] += rng.normal(0, 6, (len(knots), 2))
     path = smooth_path(knots, 40)
     rad = np.interp(np.arange(40), [0, 8, 39], [28, 22, 18]) * S

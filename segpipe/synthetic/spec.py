@@ -80,6 +80,10 @@ class PhantomSpec:
             domes narrower front to back, centred further back and less tilted, so that the
             anterior costophrenic recesses reach as low as the posterior ones (the lung in
             front of the heart and the liver shows in the top slices of an abdominal scan).
+        flexure_variety: Probability that the colon's splenic flexure lies high under the
+            left dome (15-50 mm below it, often in front of the stomach) with the transverse
+            colon rising to it: gas and stool in the top slices of an abdominal scan, beside
+            or below the lung bases.
     """
 
     seed: int = 0
@@ -109,6 +113,7 @@ class PhantomSpec:
     collapse: float = 0.0
     whole_lobe: float = 0.0
     diaphragm_variety: float = 0.0
+    flexure_variety: float = 0.0
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -151,7 +156,7 @@ class PhantomSpec:
             raise bad("blur_mm", "a blur in 0..5 mm")
         if self.padding_value is not None and self.padding_value not in PADDING_VALUES:
             raise bad("padding_value", "None or one of -1024, -2048, -3024")
-        for name in (*PATHOLOGIES, "abdomen_detail", "whole_lobe", "diaphragm_variety"):
+        for name in (*PATHOLOGIES, "abdomen_detail", "whole_lobe", "diaphragm_variety", "flexure_variety"):
             if not 0 <= getattr(self, name) <= 1:
                 raise bad(name, "a probability in 0..1")
 

@@ -92,6 +92,8 @@ def prepare_data(
             overrides["abdomen_detail"] = cfg.data.phantom_abdomen_detail
         if cfg.data.phantom_diaphragm_variety:
             overrides["diaphragm_variety"] = cfg.data.phantom_diaphragm_variety
+        if cfg.data.phantom_flexure_variety:
+            overrides["flexure_variety"] = cfg.data.phantom_flexure_variety
         coverage = cfg.data.phantom_coverage.weights()
         tag = "".join(f"_{k}{v:g}" for k, v in sorted({**overrides, **coverage}.items()))
         if coverage:
