@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from segpipe.refine._util import CROSS2, FULL, map_parallel
+from segpipe.refine._util import CROSS2, FULL, component_sizes, label, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
 from segpipe.refine.components import fill_slice_holes
 
@@ -176,10 +176,10 @@ def _patient(inside: np.ndarray, share: float) -> np.ndarray:
     """The patient's part of one slice's ``inside`` (``(y, x)``): its connected pieces of at
     least ``share`` of the largest one's area. A table's shells enclose the air between them
     as tissue encloses a lung, but apart from the patient: a piece of its own, and small."""
-    labels, n = ndimage.label(inside, structure=CROSS2)
+    labels, n = label(inside, CROSS2)
     if n <= 1:
         return inside
-    sizes = np.bincount(labels.ravel(), minlength=n + 1)
+    sizes = component_sizes(labels, n)
     sizes[0] = 0
     return (sizes >= share * sizes.max())[labels] & inside
 

@@ -88,12 +88,9 @@ def prepare_data(
         from segpipe import synthetic
 
         overrides: dict[str, Any] = dict(cfg.data.phantom_pathology.overrides())
-        if cfg.data.phantom_abdomen_detail:
-            overrides["abdomen_detail"] = cfg.data.phantom_abdomen_detail
-        if cfg.data.phantom_diaphragm_variety:
-            overrides["diaphragm_variety"] = cfg.data.phantom_diaphragm_variety
-        if cfg.data.phantom_flexure_variety:
-            overrides["flexure_variety"] = cfg.data.phantom_flexure_variety
+        for name in ("abdomen_detail", "diaphragm_variety", "flexure_variety"):  # data.phantom_<name>, when set
+            if value := getattr(cfg.data, f"phantom_{name}"):
+                overrides[name] = value
         coverage = cfg.data.phantom_coverage.weights()
         tag = "".join(f"_{k}{v:g}" for k, v in sorted({**overrides, **coverage}.items()))
         if coverage:
