@@ -850,6 +850,25 @@ def test_lung_on_a_face_grows_a_region_only_where_the_coarse_stage_found_that_lu
     assert on_faces(lung, grid, box, regions.FACES, support) == ("z-",)
 
 
+def test_a_small_find_grows_a_region_only_where_the_coarse_stage_holds_most_of_it() -> None:
+    """A component under ``min_ml`` (17 mL here) on a face grows the region only with half of
+    it in the coarse stage's lungs: gas in a colon with haustra that both networks took for
+    lung at the top of an abdominal scan goes on past the face mostly outside the coarse
+    find, and must not pull the region down the colon; a lung found in part is larger."""
+    on_faces = regions.lung_on_faces
+    grid = spatial.Geometry((40, 30, 20), (2.0, 2.0, 2.0), (0.0, 0.0, 0.0), tuple(np.eye(3).ravel()))  # type: ignore[arg-type]
+    box = spatial.Box((10.0, 10.0, 10.0), (60.0, 50.0, 30.0))
+    lung = np.zeros((20, 30, 40), bool)
+    lung[5:14, 8:20, 8:28] = True  # 2160 voxels of 8 mm3: 17.3 mL, on the z- face
+    support = np.zeros(lung.shape, np.uint8)
+    support[10:20, 8:20, 8:28] = 2  # 4 of its 9 slices in the coarse lung: 0.44
+    assert on_faces(lung, grid, box, regions.FACES, support) == ("z-",)  # no size given: as before
+    assert on_faces(lung, grid, box, regions.FACES, support, min_ml=50.0) == ()
+    assert on_faces(lung, grid, box, regions.FACES, support, min_ml=17.0) == ("z-",)  # 17.3 mL: not small
+    support[9:20, 8:20, 8:28] = 2  # 5 of 9: more than half
+    assert on_faces(lung, grid, box, regions.FACES, support, min_ml=50.0) == ("z-",)
+
+
 # ----------------------------------------------------------------------------- clean-up rules as options
 #: rules off by default (the rule ablation: they add non-lung on scans other than segpipe.synthetic's)
 OFF_BY_DEFAULT = ("dense_lung", "dense_to_wall")

@@ -116,7 +116,7 @@ def segment_region(region: Region, source: ScanSource, geometry: spatial.Geometr
     for round_ in range(GROW_ROUNDS + 1):
         faces = growable_faces(geometry, region, s) if round_ < GROW_ROUNDS else ()
         background, grid, reports, lung = _run_once(region, source, geometry, coarse, net, s)
-        touched = lung_on_faces(lung, grid, region.box, faces, coarse.support_on(grid) if faces else None)
+        touched = lung_on_faces(lung, grid, region.box, faces, coarse.support_on(grid) if faces else None, s.min_lung_ml)
         del lung
         if not touched:
             return RegionResult(region, grid.apply(sitk.GetImageFromArray(background)), tuple(reports))

@@ -27,6 +27,7 @@ GROW_MIN_MM2 = 200.0  # lung on a fine region's face over this area: the lung go
 GROW_ROUNDS = 3  # a fine region grows at most this many times (one window row per face each time)
 MEDIAL_FACE = {"right": "x+", "left": "x-"}  # a one-lung region's medial face (canonical LPS: x grows to the patient's left)
 GROW_SUPPORT_SHARE = 0.05  # lung on a face grows a region only with this share of it in the coarse stage's lungs
+GROW_SMALL_SHARE = 0.5  # ... and, when it holds less than min_lung_ml, with this share
 
 
 @dataclass(frozen=True)
@@ -194,14 +195,18 @@ def growable_faces(geometry: spatial.Geometry, region: Region, s: Settings) -> t
 
 
 def lung_on_faces(lung: np.ndarray, grid: spatial.Geometry, box: spatial.Box, faces: tuple[str, ...],
-                  support: np.ndarray | None = None) -> tuple[str, ...]:
+                  support: np.ndarray | None = None, min_ml: float = 0.0) -> tuple[str, ...]:
     """Which of ``faces`` of ``box`` the ``(z, y, x)`` lung mask on ``grid`` (canonical
     directions) covers over more than :data:`GROW_MIN_MM2`: its outermost planes of voxels
     inside the box. Only the lungs count: components of at least a fifth of the largest one
     and, given the coarse stage's lungs on ``grid`` as ``support``, with at least
     :data:`GROW_SUPPORT_SHARE` of their voxels in them (a lung the coarse stage cut short goes
     on from what it found; bowel gas that the network took for lung, below the bases of an
-    abdominal scan, does not, and must not pull the region down the abdomen)."""
+    abdominal scan, does not, and must not pull the region down the abdomen). A component
+    of less than ``min_ml`` inside the box needs :data:`GROW_SMALL_SHARE`: a lung that the
+    coarse stage found in part is a lung, and a small find that goes on past the face mostly
+    outside the coarse lungs is gas that both networks took for lung (a colon with haustra
+    at the top of an abdominal scan, which would otherwise pull the region down the colon)."""
     if not faces:
         return ()
     corners = spatial._physical_to_index(grid, np.array([box.lo_xyz, box.hi_xyz], float))
@@ -228,7 +233,9 @@ def lung_on_faces(lung: np.ndarray, grid: spatial.Geometry, box: spatial.Box, fa
     keep = sizes >= 0.2 * sizes.max()
     if support is not None:
         held = support[first[2]:last[2] + 1, first[1]:last[1] + 1, first[0]:last[0] + 1] > 0
-        keep &= component_sizes(np.where(held, labels, 0), n) >= GROW_SUPPORT_SHARE * sizes
+        share = component_sizes(np.where(held, labels, 0), n) / np.maximum(sizes, 1)
+        small = sizes * float(np.prod(spacing)) / 1000.0 < min_ml
+        keep &= share >= np.where(small, GROW_SMALL_SHARE, GROW_SUPPORT_SHARE)
     return tuple(planes(keep[labels]))
 
 
