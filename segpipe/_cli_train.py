@@ -53,6 +53,8 @@ def add_synth(sub: argparse._SubParsersAction) -> None:
                    help="probability of a diaphragm whose anterior recesses reach as low as the posterior ones (default 0)")
     p.add_argument("--flexure-variety", type=float, metavar="P",
                    help="probability of a colon whose splenic flexure lies high under the left dome (default 0)")
+    p.add_argument("--table-variety", type=float, metavar="P",
+                   help="probability of a thick foam mattress (25-70 mm, -900..-600 HU) under the patient (default 0)")
     p.add_argument("--preview", nargs="?", const=True, default=False, metavar="PNG",
                    help="QC pictures: without a value one PNG per case in OUT/preview/; with PNG, the first case there")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -75,7 +77,7 @@ def add_synth(sub: argparse._SubParsersAction) -> None:
                            ("slice_mm", args.slice), ("coverage", args.coverage), ("orientation", args.orientation),
                            ("dtype", args.dtype), ("noise_hu", args.noise), ("abdomen_detail", args.abdomen_detail),
                            ("whole_lobe", args.whole_lobe), ("diaphragm_variety", args.diaphragm_variety),
-                           ("flexure_variety", args.flexure_variety)):
+                           ("flexure_variety", args.flexure_variety), ("table_variety", args.table_variety)):
             if value is not None:
                 options[key] = value
         if args.contrast is not None:

@@ -372,6 +372,7 @@ class DataConfig:
     phantom_abdomen_detail: float = 0.0
     phantom_diaphragm_variety: float = 0.0
     phantom_flexure_variety: float = 0.0
+    phantom_table_variety: float = 0.0
     val_fraction: float = 0.2
     num_workers: int = 2
     margin_mm: float = 12.0
@@ -383,7 +384,7 @@ class DataConfig:
             raise ConfigError("data: expected extra_phantoms, num_workers, margin_mm, fine_below_mm and fine_decoy_mm >= 0")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction: expected 0 <= fraction < 1, got {self.val_fraction}")
-        for name in ("phantom_abdomen_detail", "phantom_diaphragm_variety", "phantom_flexure_variety"):
+        for name in ("phantom_abdomen_detail", "phantom_diaphragm_variety", "phantom_flexure_variety", "phantom_table_variety"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"data.{name}: expected a probability in [0, 1], got {getattr(self, name)}")
 

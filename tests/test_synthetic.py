@@ -299,6 +299,7 @@ def test_cli_whole_lobe_consolidation(tmp_path: Path) -> None:
         ["--whole-lobe", "1.5"],
         ["--diaphragm-variety", "-0.1"],
         ["--flexure-variety", "2"],
+        ["--table-variety", "-1"],
     ],
 )
 def test_cli_bad_options_one_line_exit_2(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -475,6 +476,35 @@ def test_flexure_variety_brings_the_colon_up_under_the_left_dome() -> None:
         assert not np.any(np.isin(tissue, [TISSUES["bowel_gas"], TISSUES["bowel"]]) & (lab > 0))
     with pytest.raises(ConfigError, match="flexure_variety"):
         PhantomSpec(flexure_variety=1.5)
+
+
+def test_table_variety_lays_the_patient_on_a_thick_mattress_as_dense_as_lung() -> None:
+    """With ``table_variety`` the patient lies on 25-70 mm of foam of -900..-600 HU along the
+    whole scan (the plain pad is at most 40 mm, or absent), touching the back; the mattress is
+    table, never body or lung."""
+
+    def mattress_mm(ph) -> list[float]:
+        """Per slice, mm of table tissue at lung-like HU straight under the back (midline column)."""
+        tissue, hu = sitk.GetArrayFromImage(ph.tissue), sitk.GetArrayFromImage(ph.image)
+        out = []
+        for z in range(0, tissue.shape[0], 8):
+            col, vals = tissue[z, :, tissue.shape[2] // 2], hu[z, :, tissue.shape[2] // 2]
+            back = int(np.nonzero(np.isin(col, [TISSUES["skin"], TISSUES["fat"], TISSUES["muscle"]]))[0].max())
+            run = 0
+            while back + 1 + run < len(col) and col[back + 1 + run] == TISSUES["table"] and -950 < vals[back + 1 + run] < -550:
+                run += 1
+            out.append(run * ph.image.GetSpacing()[1])
+        return out
+
+    for seed in (3, 11):
+        spec = PhantomSpec(seed=seed, size_xyz=(96, 96, 64), coverage="chest_abdomen")
+        plain, thick = make_phantom(spec, tissue_map=True), make_phantom(spec.replace(table_variety=1.0), tissue_map=True)
+        assert max(mattress_mm(plain)) <= 40.0 + 2 * plain.image.GetSpacing()[1], seed
+        assert min(mattress_mm(thick)) >= 25.0 - 2 * thick.image.GetSpacing()[1], (seed, mattress_mm(thick))
+        tissue, lab = sitk.GetArrayFromImage(thick.tissue), sitk.GetArrayFromImage(thick.label)
+        assert not np.any((tissue == TISSUES["table"]) & (lab > 0))
+    with pytest.raises(ConfigError, match="table_variety"):
+        PhantomSpec(table_variety=-0.5)
 
 
 def test_zero_length_capsule_is_a_ball() -> None:

@@ -27,6 +27,7 @@ from segpipe.synthetic.shapes import (
     Item,
     Section,
     Shape,
+    Subtract,
     smooth_path,
     tube,
 )
@@ -296,8 +297,13 @@ class Body:
     def _table(self) -> None:
         """Patient table: curved carbon-fibre shells with a foam core, and a mattress pad."""
         rng, S = self.rng, self.S
-        has_pad = rng.random() < 0.6
-        t_pad = float(rng.uniform(8, 40)) if has_pad else 0.0
+        thick = bool(self.spec.table_variety) and rng.random() < self.spec.table_variety  # drawn only when asked for
+        if thick:  # a thick foam mattress, as dense as lung: flat (the flanks rise off it) or following the back
+            t_pad, pad_hu, flat, sink = float(rng.uniform(25, 70)), float(rng.uniform(-900, -600)), rng.random() < 0.6, float(rng.uniform(0, 12))
+            has_pad = True
+        else:
+            has_pad = rng.random() < 0.6
+            t_pad = float(rng.uniform(8, 40)) if has_pad else 0.0
         y_top = self.table_y() + t_pad + float(rng.uniform(0, 6))
         half_w = float(rng.uniform(200, 240))
         radius = float(rng.uniform(350, 900))
@@ -333,10 +339,22 @@ class Body:
         self.add("table_bottom", arc(y_top + depth, float(rng.uniform(1.5, 3.0))), hu * 0.7, "table")
         if has_pad:  # a foam pad under the patient, following the back
             a_, ba, bp, yc = self.body_profile()
-            pad = self.section((a_, ba, bp, yc), self.L["bottom"] - 20, self.L["neck_top"] + 30, grow=t_pad)
-            under = HalfSpace((0, self.table_y() - 15 * S, 0), (0, -1, 0))
+            z_lo, z_hi = self.L["bottom"] - 20, self.L["neck_top"] + 30
             above = HalfSpace((0, y_top - gap, 0), (0, 1, 0))
-            self.add("mattress", Intersect(pad, under, above), float(rng.uniform(-900, -750)), "table")
+            if thick and flat:  # flat across, under the back along its length (sunk in by `sink`); never over the body
+                w, bottom = half_w - 10, y_top - gap
+
+                def slab(g: Grid) -> tuple[np.ndarray, float]:
+                    top = (self.back_y(g.z) - sink).astype(F32)[:, None, None]
+                    f = np.maximum(np.maximum(top - g.Y, g.Y - F32(bottom)), np.abs(g.X) - F32(w))
+                    return f, g.spacing[0] + g.spacing[1]
+
+                shape = Implicit(slab, (-w, self.table_y() - 150 * S, -INF), (w, bottom + 5, INF))
+                self.add("mattress", Subtract(shape, self.section((a_, ba, bp, yc), z_lo, z_hi, y_max=self.back_y)), pad_hu, "table")
+            else:
+                pad = self.section((a_, ba, bp, yc), z_lo, z_hi, grow=t_pad)
+                under = HalfSpace((0, self.table_y() - 15 * S, 0), (0, -1, 0))
+                self.add("mattress", Intersect(pad, under, above), pad_hu if thick else float(rng.uniform(-900, -750)), "table")
         if d is not None and d.random() < 0.4:  # side rails: dense bars along the table's edges
             rail = np.array([d.uniform(6, 14), d.uniform(8, 20), INF])
             y_rail = y_top + depth / 2 + float(d.uniform(-10, 10))

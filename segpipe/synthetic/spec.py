@@ -84,6 +84,9 @@ class PhantomSpec:
             left dome (15-50 mm below it, often in front of the stomach) with the transverse
             colon rising to it: gas and stool in the top slices of an abdominal scan, beside
             or below the lung bases.
+        table_variety: Probability of a thick foam mattress under the patient: 25-70 mm of
+            -900..-600 HU (lung-like at 4 mm), flat (the flanks rise off it over wedges of
+            air) or following the back, over the whole length of the scan.
     """
 
     seed: int = 0
@@ -114,6 +117,7 @@ class PhantomSpec:
     whole_lobe: float = 0.0
     diaphragm_variety: float = 0.0
     flexure_variety: float = 0.0
+    table_variety: float = 0.0
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -156,7 +160,7 @@ class PhantomSpec:
             raise bad("blur_mm", "a blur in 0..5 mm")
         if self.padding_value is not None and self.padding_value not in PADDING_VALUES:
             raise bad("padding_value", "None or one of -1024, -2048, -3024")
-        for name in (*PATHOLOGIES, "abdomen_detail", "whole_lobe", "diaphragm_variety", "flexure_variety"):
+        for name in (*PATHOLOGIES, "abdomen_detail", "whole_lobe", "diaphragm_variety", "flexure_variety", "table_variety"):
             if not 0 <= getattr(self, name) <= 1:
                 raise bad(name, "a probability in 0..1")
 

@@ -88,7 +88,7 @@ def prepare_data(
         from segpipe import synthetic
 
         overrides: dict[str, Any] = dict(cfg.data.phantom_pathology.overrides())
-        for name in ("abdomen_detail", "diaphragm_variety", "flexure_variety"):  # data.phantom_<name>, when set
+        for name in ("abdomen_detail", "diaphragm_variety", "flexure_variety", "table_variety"):  # data.phantom_<name>, when set
             if value := getattr(cfg.data, f"phantom_{name}"):
                 overrides[name] = value
         coverage = cfg.data.phantom_coverage.weights()
