@@ -1121,7 +1121,7 @@ def test_confident_parts_pool_the_pieces_of_a_base_that_the_scans_end_cuts() -> 
     vote[26:30, 10:13, 32:37] = False  # the network calls one of them right: no side, no pooling
     assert not coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, vote)).any()
     # where one piece is enough alone, the crescents beside it at the same end are that base's
-    # with a share of sure lung each (1 % of 2000 mL: 20 voxels); a speck is not
+    # with a share of sure lung each (0.6 % of 2000 mL: 12 voxels); a speck is not
     mask[20:30, 2:8, 25:30] = True  # the first left piece grows to 300 voxels
     mask[29, 16:18, 22:24] = True  # a left speck of 4 voxels at the top
     confident = mask.copy()
@@ -1131,6 +1131,27 @@ def test_confident_parts_pool_the_pieces_of_a_base_that_the_scans_end_cuts() -> 
     confident[29, 10:13, 32:34] = True  # (6 sure voxels)
     kept = coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, left_vote))
     assert kept[28, 3, 27] and not kept[28, 11, 34] and kept.sum() == 300
+
+
+def test_confident_parts_leave_out_a_find_beyond_the_skin() -> None:
+    """A lung lies within the body: a find with most of its sure lung in the band of one voxel
+    beyond the skin (a mattress of lung's density under the back, cut by the scan's sides and
+    ends) counts for nothing, however large; a lung with a few of its voxels there counts."""
+    shape = (30, 20, 40)
+    body = np.zeros(shape, bool)
+    body[:, 2:16, 4:36] = True
+    mask = np.zeros(shape, bool)
+    mask[:, 16, :] = True  # the band under the back, the scan's whole height and width: 1200 voxels
+    mask[5:25, 5:15, 8:18] = True  # a lung inside the body: 2000 voxels
+    mask[5:25, 10:12, 2:8] = True  # and 240 in the band at the side of the body (x 2-3)
+    confident = mask.copy()
+    kept = coarse.confident_parts(mask, confident, voxel_ml=1.0, min_ml=500.0, inside=body)
+    assert kept[15, 10, 12] and kept[15, 10, 2] and not kept[15, 16, 30]
+    assert coarse.confident_parts(mask, confident, voxel_ml=1.0, min_ml=500.0)[15, 16, 30]  # without: the band counts
+    band = np.zeros(shape, bool)
+    band[:, 16, :] = True
+    assert not coarse.confident_parts(band, band, 1.0, 500.0, inside=body).any()
+    assert coarse.confident_parts(band, band, 1.0, 500.0).any()
 
 
 def test_confident_parts_give_gas_at_the_scans_end_no_cut_lung_share() -> None:

@@ -38,7 +38,8 @@ __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
 SIDES = (("right", 1), ("left", 2))
 CUT_LUNG_SHARE = 0.05  # a lung the scan's edge cuts counts with this share of min_lung_ml
-BESIDE_SHARE = 0.01  # a cut piece beside a found base at the same end of the scan: this share of min_lung_ml
+BESIDE_SHARE = 0.006  # a cut piece beside a found base at the same end of the scan: this share of min_lung_ml (0.3 mL)
+INSIDE_SHARE = 0.5  # a find needs this share of its sure lung inside the body (not in the band beyond the skin)
 
 
 def _at_edge(mask: np.ndarray) -> bool:
@@ -49,7 +50,7 @@ def _at_edge(mask: np.ndarray) -> bool:
 
 def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, min_ml: float, *,
                     air: np.ndarray | None = None, air_share: float = 0.25,
-                    side_of: Callable[[np.ndarray], int] | None = None) -> np.ndarray:
+                    side_of: Callable[[np.ndarray], int] | None = None, inside: np.ndarray | None = None) -> np.ndarray:
     """The components of the coarse lung ``mask`` (6-connected) that hold at least ``min_ml``
     of ``confident`` lung, or :data:`CUT_LUNG_SHARE` of that where a component reaches the
     scan's edge (a lung the view cuts shows only part of itself).
@@ -62,11 +63,18 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
     none of them is enough alone: the end of the scan's range can cut a small base into
     crescents of the recess around the dome. Where one piece is enough, the others beside it
     (the lateral and posterior crescents of a base whose front piece was found) need
-    :data:`BESIDE_SHARE` of ``min_ml`` each, to leave out specks."""
+    :data:`BESIDE_SHARE` of ``min_ml`` each, to leave out specks. Given the body itself as
+    ``inside`` (``mask`` may reach a voxel beyond it, for partial volume at the skin), a
+    component with less than :data:`INSIDE_SHARE` of its confident lung inside it counts for
+    nothing: a lung lies within the body, and a find in the band beyond the skin is a mattress
+    or pad of lung's density that the field of view's sides cut (seen along a whole scan)."""
     labels, n = label(mask)
     if n == 0:
         return np.zeros(mask.shape, bool)
     sure_ml = component_sizes(np.where(confident, labels, 0), n) * voxel_ml
+    if inside is not None:
+        sure_in_ml = component_sizes(np.where(confident & inside, labels, 0), n) * voxel_ml
+        sure_ml = np.where(sure_in_ml >= INSIDE_SHARE * sure_ml, sure_ml, 0.0)
     cut = on_faces(labels, n)
     if air is not None:
         sure_air_ml = component_sizes(np.where(confident & air, labels, 0), n) * voxel_ml
@@ -248,7 +256,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     midline_x = body_midline_x(hu, s.rules.body.hu)
     found = confident_parts(lung & skin_slack(body), confident, voxel_ml, s.min_lung_ml,
                             air=hu < s.rules.body.air_hu, air_share=s.rules.body.air_share,
-                            side_of=lambda piece: piece_side(piece, midline_x, left_vote))
+                            side_of=lambda piece: piece_side(piece, midline_x, left_vote), inside=body)
     sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote)
     sides = join_cut_pieces(found, sides, midline_x, left_vote)
     for value in (1, 2):
