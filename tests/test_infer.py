@@ -1152,6 +1152,16 @@ def test_confident_parts_leave_out_a_find_beyond_the_skin() -> None:
     band[:, 16, :] = True
     assert not coarse.confident_parts(band, band, 1.0, 500.0, inside=body).any()
     assert coarse.confident_parts(band, band, 1.0, 500.0).any()
+    # nor is it one of a small base's pieces at the scan's end, which count together
+    from segpipe.refine import piece_side
+
+    pieces = np.zeros(shape, bool)
+    pieces[:, 16, 22:40] = True  # the band on the left only
+    pieces[27:30, 5:10, 22:25] = True  # two crescents of a left base at the top: 45 voxels each,
+    pieces[27:30, 5:10, 30:33] = True  # each under a twentieth of 1000 mL (50), together over it
+    side_of = lambda m: piece_side(m, 19.5, np.ones(shape, bool))  # noqa: E731
+    kept = coarse.confident_parts(pieces, pieces, 1.0, 1000.0, inside=body, side_of=side_of)
+    assert kept[28, 7, 23] and kept[28, 7, 31] and not kept[15, 16, 30] and kept.sum() == 90
 
 
 def test_confident_parts_give_gas_at_the_scans_end_no_cut_lung_share() -> None:

@@ -72,9 +72,10 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
     if n == 0:
         return np.zeros(mask.shape, bool)
     sure_ml = component_sizes(np.where(confident, labels, 0), n) * voxel_ml
+    beyond = np.zeros(n + 1, bool)  # mostly beyond the skin: neither kept nor pooled with the others
     if inside is not None:
-        sure_in_ml = component_sizes(np.where(confident & inside, labels, 0), n) * voxel_ml
-        sure_ml = np.where(sure_in_ml >= INSIDE_SHARE * sure_ml, sure_ml, 0.0)
+        beyond = component_sizes(np.where(confident & inside, labels, 0), n) * voxel_ml < INSIDE_SHARE * sure_ml
+        sure_ml = np.where(beyond, 0.0, sure_ml)
     cut = on_faces(labels, n)
     if air is not None:
         sure_air_ml = component_sizes(np.where(confident & air, labels, 0), n) * voxel_ml
@@ -94,7 +95,7 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
                     beside = [m for m in members if sure_ml[m] >= BESIDE_SHARE * min_ml]
                     pooled[beside] = np.maximum(pooled[beside], CUT_LUNG_SHARE * min_ml)
         sure_ml = pooled
-    keep = sure_ml >= np.where(cut, CUT_LUNG_SHARE * min_ml, min_ml)
+    keep = (sure_ml >= np.where(cut, CUT_LUNG_SHARE * min_ml, min_ml)) & ~beyond
     keep[0] = False
     return keep[labels]
 
