@@ -28,6 +28,7 @@ __all__ = [
     "StageConfig",
     "OptimConfig",
     "DataConfig",
+    "PHANTOM_KNOBS",
     "TrainConfig",
     "from_dict",
     "to_dict",
@@ -351,6 +352,10 @@ class PhantomCoverageConfig:
         return _given(self)
 
 
+#: PhantomSpec probabilities that DataConfig passes on as ``phantom_<name>`` (0: not drawn)
+PHANTOM_KNOBS = ("abdomen_detail", "diaphragm_variety", "flexure_variety", "table_variety")
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Where training data comes from and how it is prepared.
@@ -384,7 +389,7 @@ class DataConfig:
             raise ConfigError("data: expected extra_phantoms, num_workers, margin_mm, fine_below_mm and fine_decoy_mm >= 0")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction: expected 0 <= fraction < 1, got {self.val_fraction}")
-        for name in ("phantom_abdomen_detail", "phantom_diaphragm_variety", "phantom_flexure_variety", "phantom_table_variety"):
+        for name in (f"phantom_{knob}" for knob in PHANTOM_KNOBS):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"data.{name}: expected a probability in [0, 1], got {getattr(self, name)}")
 

@@ -234,7 +234,7 @@ def lung_on_faces(lung: np.ndarray, grid: spatial.Geometry, box: spatial.Box, fa
     if support is not None:
         held = support[first[2]:last[2] + 1, first[1]:last[1] + 1, first[0]:last[0] + 1] > 0
         share = component_sizes(np.where(held, labels, 0), n) / np.maximum(sizes, 1)
-        small = sizes * float(np.prod(spacing)) / 1000.0 < min_ml
+        small = sizes * spatial.voxel_volume_ml(grid) < min_ml
         keep &= share >= np.where(small, GROW_SMALL_SHARE, GROW_SUPPORT_SHARE)
     return tuple(planes(keep[labels]))
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from segpipe.config import TrainConfig, from_dict, to_dict
+from segpipe.config import PHANTOM_KNOBS, TrainConfig, from_dict, to_dict
 from segpipe.errors import ConfigError
 from segpipe.model import DEFAULT_MODEL, ModelHeader, StageHeader
 from segpipe.train.cache import CachedCase, CachedVolume, build_cache
@@ -88,7 +88,7 @@ def prepare_data(
         from segpipe import synthetic
 
         overrides: dict[str, Any] = dict(cfg.data.phantom_pathology.overrides())
-        for name in ("abdomen_detail", "diaphragm_variety", "flexure_variety", "table_variety"):  # data.phantom_<name>, when set
+        for name in PHANTOM_KNOBS:  # data.phantom_<name>, when set
             if value := getattr(cfg.data, f"phantom_{name}"):
                 overrides[name] = value
         coverage = cfg.data.phantom_coverage.weights()
