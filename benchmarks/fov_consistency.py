@@ -15,6 +15,12 @@ Crops (canonical LPS index space, from the reference lungs' extent):
 - ``cardiac_circle1024``, ``cardiac_circle3024``: the cardiac cube with the circle (-1024, -3024);
 - ``lower_half``: the lower half of the scan's slices.
 
+``--random N`` scores N random crops per case instead (seeded, the same on every run): a slab
+of 4-20 cm, an in-plane window of 14-32 cm (x and y), or both, placed anywhere over the
+lungs' extent (a slab may lie beyond the lungs: no lung expected), with the scanner's circle
+and a padding of -1024, -2048 or -3024 HU on half of the windows. Beside each lung's Dice it
+reports the lung found where the whole-scan mask has none (``extra_ml``).
+
 References: a real scan without a lung mask (LIDC-IDRI-0001) is scored against the same model's
 mask of the whole scan; COPDGene against its reference labels; phantoms against their labels.
 A lung counts where the reference holds at least 5 mL of it in the crop; the summary gives the
@@ -25,6 +31,7 @@ found there (mL) should be none, or a sliver of a base.
 Usage::
 
     python benchmarks/fov_consistency.py [--phantoms 4] [--seed-base 930000] [--json out.json] [--no-rule NAME] [--qc DIR]
+    python benchmarks/fov_consistency.py --phantoms 0 --random 40 [--random-seed 0] [--json out.json]
 """
 
 from __future__ import annotations
@@ -146,9 +153,41 @@ def crop_of(canonical: sitk.Image, ref_a: np.ndarray, crop: str) -> tuple[sitk.I
     return img, r
 
 
-def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None, qc_dir: Path | None = None) -> list[dict[str, Any]]:
-    """All crops of one case: per crop and lung, Dice and volumes (and a QC picture of each
-    crop's mask in ``qc_dir``)."""
+def random_crop(canonical: sitk.Image, ref_a: np.ndarray, rng: np.random.Generator) -> tuple[str, sitk.Image, np.ndarray]:
+    """One random crop (see the module's docstring): its description, the cut image and the
+    whole-scan mask cut alike."""
+    zz, yy, xx = np.nonzero(ref_a > 0)
+    sx, sy, sz = canonical.GetSpacing()
+    nz, ny, nx = ref_a.shape
+    kind = str(rng.choice(["slab", "window", "box"]))
+    full = slice(None)
+
+    def cut(lo: int, hi: int, step: float, n: int, width_mm: float) -> slice:
+        centre = rng.uniform(lo, hi)
+        half = width_mm / step / 2
+        return slice(max(int(round(centre - half)), 0), min(int(round(centre + half)) + 1, n))
+
+    zs = cut(zz.min(), zz.max(), sz, nz, rng.uniform(40, 200)) if kind != "window" else full
+    ys = xs = full
+    if kind != "slab":
+        ys = cut(yy.min(), yy.max(), sy, ny, rng.uniform(140, 320))
+        xs = cut(xx.min(), xx.max(), sx, nx, rng.uniform(140, 320))
+    padding = float(rng.choice([-1024, -2048, -3024])) if kind != "slab" and rng.random() < 0.5 else None
+    sl = (zs, ys, xs)
+    img, r = _crop(canonical, sl), ref_a[sl].copy()
+    extent = "x".join(f"{(s.indices(n)[1] - s.indices(n)[0]) * step:.0f}" for s, n, step in zip((xs, ys, zs), (nx, ny, nz), (sx, sy, sz)))
+    desc = f"{kind} {extent} mm"
+    if padding is not None:
+        r[:, outside_circle(img)] = 0
+        img = _circle(img, padding)
+        desc += f" circle {padding:.0f}"
+    return desc, img, r
+
+
+def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None, qc_dir: Path | None = None,
+               n_random: int = 0, random_seed: int = 0) -> list[dict[str, Any]]:
+    """All crops of one case (or ``n_random`` random ones): per crop and lung, Dice and volumes
+    (and a QC picture of each crop's mask in ``qc_dir``)."""
     from segpipe import spatial
     from segpipe.report import qc_picture
 
@@ -159,20 +198,29 @@ def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None, q
     ref_a = sitk.GetArrayFromImage(ref_c)
     voxel_ml = float(np.prod(canonical.GetSpacing())) / 1000.0
     rows = []
-    for crop in CROPS:
-        img, r = crop_of(canonical, ref_a, crop)
+    rng = np.random.default_rng([random_seed, sum(map(ord, name))])
+    for i, crop in enumerate(CROPS if not n_random else range(n_random)):
+        if n_random:
+            desc, img, r = random_crop(canonical, ref_a, rng)
+            crop = f"random{i:02d} {desc}"
+        else:
+            img, r = crop_of(canonical, ref_a, crop)
         t = time.perf_counter()
         result = seg.predict_with_report(img)
         pred = sitk.GetArrayFromImage(result.label)
         if qc_dir is not None:
-            qc_picture(img, result.label, qc_dir / f"qc_{name}_{crop}.png", title=f"{name}: {crop} crop")
+            qc_picture(img, result.label, qc_dir / f"qc_{name}_{crop.split()[0]}.png", title=f"{name}: {crop} crop")
         for side, value in (("right", 1), ("left", 2)):
             ref_ml = float((r == value).sum()) * voxel_ml
+            if n_random and (pred == value).any() and ref_ml < MIN_REF_ML:
+                rows.append({"case": name, "crop": crop, "lung": side, "ref_ml": round(ref_ml, 1), "extra_ml":
+                             round(float(((pred == value) & (r != value)).sum()) * voxel_ml, 1)})
             if ref_ml < MIN_REF_ML:
                 continue
             rows.append({"case": name, "crop": crop, "lung": side, "ref_ml": round(ref_ml, 1),
                          "pred_ml": round(float((pred == value).sum()) * voxel_ml, 1),
                          "dice": round(_dice(pred == value, r == value), 4),
+                         "extra_ml": round(float(((pred == value) & (r != value)).sum()) * voxel_ml, 1),
                          "seconds": round(time.perf_counter() - t, 2), "warnings": result.report["warnings"]})
     return rows
 
@@ -195,13 +243,18 @@ def cases(n_phantoms: int, seed_base: int) -> list[tuple[str, sitk.Image, sitk.I
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    big = [r["dice"] for r in rows if r["ref_ml"] >= 50]
-    out: dict[str, Any] = {"mean_dice": round(float(np.mean([r["dice"] for r in rows])), 4) if rows else None,
-                           "lungs": len(rows), "mean_dice_50ml": round(float(np.mean(big)), 4) if big else None,
+    scored = [r for r in rows if "dice" in r]
+    big = [r["dice"] for r in scored if r["ref_ml"] >= 50]
+    out: dict[str, Any] = {"mean_dice": round(float(np.mean([r["dice"] for r in scored])), 4) if scored else None,
+                           "lungs": len(scored), "mean_dice_50ml": round(float(np.mean(big)), 4) if big else None,
                            "worst_dice_50ml": round(float(np.min(big)), 4) if big else None,
                            "lost_50ml": sum(d < 0.1 for d in big), "lungs_50ml": len(big), "per_crop": {}}
-    for crop in CROPS:
-        d = [r["dice"] for r in rows if r["crop"] == crop]
+    extra = [r["extra_ml"] for r in rows if "extra_ml" in r]
+    if extra:
+        out["extra_ml_total"], out["extra_ml_max"] = round(float(np.sum(extra)), 1), max(extra)
+    random_kinds = sorted({r["crop"].split()[1] for r in rows if r["crop"].startswith("random")})
+    for crop in (*CROPS, *random_kinds):
+        d = [r["dice"] for r in scored if r["crop"] == crop or r["crop"].split()[1:2] == [crop]]
         if d:
             out["per_crop"][crop] = {"mean": round(float(np.mean(d)), 4), "min": round(float(np.min(d)), 4),
                                      "found": f"{sum(x > 0.1 for x in d)}/{len(d)}"}
@@ -216,6 +269,8 @@ def main() -> int:
     p.add_argument("--no-rule", action="append", default=[], metavar="NAME", help="switch a rule off (repeatable)")
     p.add_argument("--json", help="write rows and summary here")
     p.add_argument("--only", help="comma-separated case names")
+    p.add_argument("--random", type=int, default=0, metavar="N", help="score N random crops per case instead of the named ones")
+    p.add_argument("--random-seed", type=int, default=0, help="seed of the random crops (default 0)")
     p.add_argument("--qc", type=Path, metavar="DIR", help="write a QC picture of every crop's mask (and of the abdomen slab) here")
     args = p.parse_args()
     from segpipe import LungSegmenter
@@ -228,14 +283,17 @@ def main() -> int:
     for name, image, ref in cases(args.phantoms, args.seed_base):
         if args.only and name not in args.only.split(","):
             continue
-        got = score_case(seg, name, image, ref, args.qc)
+        got = score_case(seg, name, image, ref, args.qc, args.random, args.random_seed)
         for r in got:
+            if "dice" not in r:
+                print(f"{r['case']:<22} {r['crop']:<17} {r['lung']:<5} no lung expected: found {r['extra_ml']:.1f} mL", flush=True)
+                continue
             print(f"{r['case']:<22} {r['crop']:<17} {r['lung']:<5} ref {r['ref_ml']:7.1f} mL  pred {r['pred_ml']:7.1f} mL  "
-                  f"Dice {r['dice']:.3f}", flush=True)
+                  f"Dice {r['dice']:.3f}  outside {r['extra_ml']:.1f} mL", flush=True)
         rows += got
     s = summary(rows)
     slab = SHARED / "abdomen-slab-dicom"
-    if slab.is_dir() and not args.only:
+    if slab.is_dir() and not args.only and not args.random:
         from segpipe import io
 
         slab_image = io.read_image(slab)

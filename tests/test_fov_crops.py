@@ -10,7 +10,7 @@ import pytest
 import SimpleITK as sitk
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
-from fov_consistency import CROPS, crop_of, outside_circle  # noqa: E402
+from fov_consistency import CROPS, crop_of, outside_circle, random_crop  # noqa: E402
 
 
 @pytest.mark.parametrize("crop", CROPS)
@@ -32,3 +32,28 @@ def test_each_crop_cuts_scan_and_mask_alike_and_pads_its_circle(crop: str) -> No
         assert outside.any() and (a[:, outside] == padding).all() and not r[:, outside].any()
     else:
         assert a.min() >= -850.0  # no padding
+
+
+def test_random_crops_cut_scan_and_mask_alike_and_repeat_with_their_seed() -> None:
+    hu = np.full((60, 80, 100), 40.0, np.float32)
+    ref = np.zeros(hu.shape, np.uint8)
+    ref[10:50, 15:65, 10:45] = 1
+    ref[10:50, 15:65, 55:90] = 2
+    hu[ref > 0] = -850.0
+    image = sitk.GetImageFromArray(hu)
+    image.SetSpacing((4.0, 4.0, 5.0))
+    kinds = set()
+    rng, again = np.random.default_rng(3), np.random.default_rng(3)
+    for _ in range(12):
+        desc, img, r = random_crop(image, ref, rng)
+        assert random_crop(image, ref, again)[0] == desc
+        a = sitk.GetArrayFromImage(img)
+        kind = desc.split()[0]
+        kinds.add(kind)
+        assert r.shape == a.shape and 0 < a.size < hu.size
+        assert (a[r > 0] == -850.0).all()
+        if kind == "slab":
+            assert a.shape[1:] == hu.shape[1:] and "circle" not in desc
+        if "circle" in desc:
+            assert (a[:, outside_circle(img)] == float(desc.split("circle ")[1])).all()
+    assert kinds == {"slab", "window", "box"}

@@ -130,6 +130,28 @@ def test_a_single_lung_is_not_cut_in_two() -> None:
     assert body_midline_x(hu) == pytest.approx(19.5)
 
 
+def test_a_lung_alone_in_a_cut_field_of_view_takes_the_networks_side() -> None:
+    """A field of view over the left lung alone: the body's middle is the view's middle, so
+    the lung straddles the "midline". The coarse network's vote (left on 80 % of it, unsure
+    on some slices) makes it one left lung; two touching lungs whose halves the vote
+    confirms are still split; with one lung only the scan-grid boundary lies beyond it."""
+    lung = _lungs() == 2
+    lung = np.roll(lung, -13, axis=2)  # the left lung, centred in the view (x 10..23)
+    left_vote = lung.copy()
+    left_vote[::5] = False  # a fifth of its slices vote right
+    assert 0.7 < left_vote[lung].mean() < 0.9
+    assert set(np.unique(split_sides(lung, midline_x=16.5)[lung]).tolist()) == {1, 2}  # by the midline alone: cut in two
+    sides = split_sides(lung, midline_x=16.5, left_vote=left_vote)
+    assert (sides[lung] == 2).all()
+    assert (split_sides(lung, left_vote=~left_vote & lung)[lung] == 1).all()  # mirrored vote: one right lung
+    touching = _lungs() > 0
+    touching[3:17, 8:12, 17:23] = True
+    sides = split_sides(touching, midline_x=19.5, left_vote=np.broadcast_to(np.arange(40) >= 20, touching.shape))
+    assert (sides[_lungs() == 1] == 1).all() and (sides[_lungs() == 2] == 2).all()
+    assert (side_boundary(np.where(lung, 2, 0).astype(np.uint8)) < 0).all()  # every voxel left of it is the left lung
+    assert (side_boundary(np.where(lung, 1, 0).astype(np.uint8)) >= lung.shape[2]).all()
+
+
 def test_a_collapsed_lung_beside_a_whole_one_is_kept() -> None:
     """A right lung of 8% of the left one (below min_fraction): with the midline it is the
     right lung (the two lie on opposite sides); a piece that straddles the midline, or a

@@ -48,6 +48,14 @@ def _split_single(mask: np.ndarray) -> np.ndarray:
     return out
 
 
+def _halves_agree(halves: np.ndarray, left_vote: np.ndarray) -> bool:
+    """Whether :func:`_split_single`'s ``halves`` (1 right, 2 left) are two lungs by the
+    network's per-voxel ``left_vote``: the right half mostly right and the left half mostly
+    left. A lung alone in a field of view cut through it is one lung, whichever half."""
+    right, left = halves == 1, halves == 2
+    return bool(right.any() and left.any() and left_vote[right].mean() < 0.5 < left_vote[left].mean())
+
+
 def _left_share(mask: np.ndarray, midline_x: float) -> float:
     """Share of a ``(z, y, x)`` mask's voxels on the patient's left of ``midline_x`` (x index)."""
     counts = mask.sum(axis=(0, 1))
@@ -76,11 +84,15 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     than ``min_fraction`` of the largest still counts as the other lung when the two lie
     almost entirely on opposite sides of it: a collapsed lung beside a whole one.
 
-    With ``left_vote`` as well (per voxel, whether the coarse network calls it the left lung
-    rather than the right), two largest components that both lie on one side of the midline
-    and are that side by the vote are pieces of one lung (a lung the scan's edge cuts into
-    pieces: the costophrenic recess at the top of an abdominal scan); the other lung is then
-    the largest remaining component on the other side by both.
+    With ``left_vote`` (per voxel, whether the coarse network calls it the left lung rather
+    than the right), a single component is split only where the vote confirms it (each half
+    mostly its own side); otherwise it is one lung, sided by the vote's majority: a field of
+    view over one lung shows no midline (the body's middle is the view's middle), while the
+    network sees the heart, the spine and the liver. With ``midline_x`` as well, two largest
+    components that both lie on one side of the midline and are that side by the vote are
+    pieces of one lung (a lung the scan's edge cuts into pieces: the costophrenic recess at
+    the top of an abdominal scan); the other lung is then the largest remaining component on
+    the other side by both.
     """
     labels, n = label(lungs)
     out = np.zeros(lungs.shape, np.uint8)
@@ -110,12 +122,16 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         out[labels == left] = 2
     else:
         single = labels == big[0]
+        halves = _split_single(single)
+        if left_vote is not None and not _halves_agree(halves, left_vote):
+            out[single] = 2 if left_vote[single].mean() > 0.5 else 1
+            return out
         if midline_x is not None:
             left_share = _left_share(single, midline_x)
             if left_share < 0.1 or left_share > 0.9:
                 out[single] = 2 if left_share > 0.5 else 1
                 return out
-        out = _split_single(single)
+        out = halves
     return out
 
 
@@ -147,14 +163,17 @@ def side_boundary(sides: np.ndarray) -> np.ndarray:
     """Per ``(z, y)`` row of a sided label array (1 right, 2 left; canonical LPS), the x
     index (float) that separates the lungs: the middle of the gap between the right lung's
     last voxel and the left lung's first. Rows without both lungs take their slice's median,
-    slices without both take the overall median. Shape ``(z, y)``."""
+    slices without both take the overall median; with one lung only, the boundary lies beyond
+    the array on the other side (every lung voxel is that lung). Shape ``(z, y)``."""
     nz, ny, nx = sides.shape
     xs = np.arange(nx)
     right_max = np.where(sides == 1, xs, -1).max(axis=2).astype(float)
     left_min = np.where(sides == 2, xs, nx).min(axis=2).astype(float)
     both = (right_max >= 0) & (left_min < nx)
     boundary = np.where(both, (right_max + left_min) / 2.0, np.nan)
-    overall = np.nanmedian(boundary) if both.any() else (nx - 1) / 2.0
+    present = [v for v in (1, 2) if (sides == v).any()]
+    alone = {1: float(nx), 2: -1.0}
+    overall = np.nanmedian(boundary) if both.any() else alone[present[0]] if len(present) == 1 else (nx - 1) / 2.0
     for z in range(nz):
         row = boundary[z]
         if np.isnan(row).all():
