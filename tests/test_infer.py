@@ -1164,6 +1164,32 @@ def test_confident_parts_leave_out_a_find_beyond_the_skin() -> None:
     assert kept[28, 7, 23] and kept[28, 7, 31] and not kept[15, 16, 30] and kept.sum() == 90
 
 
+def test_a_lung_the_reconstruction_circle_cuts_is_a_cut_lung() -> None:
+    """The scanner's circle is the scan's edge: a lung that reaches its padding (-3024 HU, or
+    -1024 at the same pixels of every slice) needs only the cut-lung share of the minimum, as
+    one that reaches a face of the array; the same find away from the circle needs all of it."""
+    from segpipe.refine.body import BodyParams
+
+    shape = (20, 40, 40)
+    hu = np.full(shape, 40.0, np.float32)
+    yy, xx = np.mgrid[:40, :40]
+    outside = (yy - 19.5) ** 2 + (xx - 19.5) ** 2 > 19**2
+    hu[:, outside] = -3024.0
+    mask = np.zeros(shape, bool)
+    mask[5:15, 16:24, 1:8] = True  # 560 voxels reaching the circle at the left of the view
+    assert not (mask & outside[None]).any() and not mask[:, :, 0].any()
+    hu[mask] = -850.0
+    edge = coarse.view_edge(hu, None, BodyParams())
+    assert edge is not None and (edge & mask).any()
+    assert coarse.confident_parts(mask, mask, voxel_ml=1.0, min_ml=1000.0, edge=edge).sum() == mask.sum()  # 50 mL needed
+    assert not coarse.confident_parts(mask, mask, voxel_ml=1.0, min_ml=1000.0).any()  # without the circle: 1000 needed
+    inner = np.roll(mask, 10, axis=2)  # the same find, away from the circle
+    assert not coarse.confident_parts(inner, inner, voxel_ml=1.0, min_ml=1000.0, edge=edge).any()
+    air = np.where(outside[None], -1024.0, hu).astype(np.float32)  # padding with the value of air: the footprint
+    assert (coarse.view_edge(air, outside, BodyParams()) & mask).any()
+    assert coarse.view_edge(np.full(shape, 40.0, np.float32), None, BodyParams()) is None
+
+
 def test_confident_parts_give_gas_at_the_scans_end_no_cut_lung_share() -> None:
     """A find at the scan's edge whose sure voxels are a quarter or more pure air is gas under
     the dome (stomach, colon), not the tip of a lung: it needs the whole minimum and it does not

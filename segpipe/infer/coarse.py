@@ -33,6 +33,7 @@ from segpipe.refine import (
     split_sides,
 )
 from segpipe.refine._util import FULL, component_sizes, label, on_faces
+from segpipe.refine.body import BodyParams
 
 __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
@@ -42,18 +43,31 @@ BESIDE_SHARE = 0.006  # a cut piece beside a found base at the same end of the s
 INSIDE_SHARE = 0.5  # a find needs this share of its sure lung inside the body (not in the band beyond the skin)
 
 
-def _at_edge(mask: np.ndarray) -> bool:
-    """Whether ``mask`` reaches a face of its array (the scan's edge)."""
+def _at_edge(mask: np.ndarray, edge: np.ndarray | None = None) -> bool:
+    """Whether ``mask`` reaches a face of its array or ``edge`` (the scan's edge)."""
     return bool(mask[0].any() or mask[-1].any() or mask[:, 0].any() or mask[:, -1].any()
-                or mask[:, :, 0].any() or mask[:, :, -1].any())
+                or mask[:, :, 0].any() or mask[:, :, -1].any() or (edge is not None and (mask & edge).any()))
+
+
+def view_edge(hu_zyx: np.ndarray, padding: np.ndarray | None, p: BodyParams) -> np.ndarray | None:
+    """The scanner's reconstruction circle as an edge of the scan: ``(z, y, x)`` voxels next to
+    (face neighbours) or on its padding (below ``p.padding_hu``, or the ``(y, x)`` footprint
+    ``padding`` of padding with the value of air), or ``None`` where there is none. A lung the
+    circle cuts is cut by the scan's edge as much as one an array face cuts."""
+    pad = np.asarray(hu_zyx) < p.padding_hu
+    if padding is not None:
+        pad |= padding[None]
+    return ndimage.binary_dilation(pad) if pad.any() else None
 
 
 def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, min_ml: float, *,
                     air: np.ndarray | None = None, air_share: float = 0.25,
-                    side_of: Callable[[np.ndarray], int] | None = None, inside: np.ndarray | None = None) -> np.ndarray:
+                    side_of: Callable[[np.ndarray], int] | None = None, inside: np.ndarray | None = None,
+                    edge: np.ndarray | None = None) -> np.ndarray:
     """The components of the coarse lung ``mask`` (6-connected) that hold at least ``min_ml``
     of ``confident`` lung, or :data:`CUT_LUNG_SHARE` of that where a component reaches the
-    scan's edge (a lung the view cuts shows only part of itself).
+    scan's edge (a face of the array, or ``edge``: :func:`view_edge`; a lung the view cuts
+    shows only part of itself).
 
     That share is for lung tissue: a component whose confident voxels are ``air_share`` or more
     pure ``air`` (boolean, the grid's voxels below the body rule's ``air_hu``) is gas in the
@@ -77,6 +91,8 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
         beyond = component_sizes(np.where(confident & inside, labels, 0), n) * voxel_ml < INSIDE_SHARE * sure_ml
         sure_ml = np.where(beyond, 0.0, sure_ml)
     cut = on_faces(labels, n)
+    if edge is not None:
+        cut |= component_sizes(np.where(edge, labels, 0), n) > 0
     if air is not None:
         sure_air_ml = component_sizes(np.where(confident & air, labels, 0), n) * voxel_ml
         cut &= sure_air_ml < air_share * sure_ml
@@ -244,7 +260,9 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     hu = sitk.GetArrayViewFromImage(coarse_img)
     # the fine stage's lungs must lie inside the body itself (no slack: the chest wall is
     # thicker than a coarse voxel), the coarse lungs within one voxel of it (partial volume)
-    body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body, padding=_padding_on(canonical, coarse_img, s))
+    padding = _padding_on(canonical, coarse_img, s)
+    body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body, padding=padding)
+    edge = view_edge(hu, padding, s.rules.body)
     # a lung needs enough confident lung: smaller or unsure finds are gas in the bowel or
     # stomach. A lung the scan's edge cuts (the bases at the top of an abdominal scan, a slab)
     # shows only part of itself, a few mL at the tip of a recess: a twentieth is enough, counted
@@ -257,12 +275,12 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     midline_x = body_midline_x(hu, s.rules.body.hu)
     found = confident_parts(lung & skin_slack(body), confident, voxel_ml, s.min_lung_ml,
                             air=hu < s.rules.body.air_hu, air_share=s.rules.body.air_share,
-                            side_of=lambda piece: piece_side(piece, midline_x, left_vote), inside=body)
+                            side_of=lambda piece: piece_side(piece, midline_x, left_vote), inside=body, edge=edge)
     sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote)
     sides = join_cut_pieces(found, sides, midline_x, left_vote)
     for value in (1, 2):
         side = sides == value
-        needed = s.min_lung_ml * (CUT_LUNG_SHARE if _at_edge(side) else 1.0)
+        needed = s.min_lung_ml * (CUT_LUNG_SHARE if _at_edge(side, edge) else 1.0)
         if np.count_nonzero(side & confident) * voxel_ml < needed:
             sides[side] = 0
     boxes = {}
