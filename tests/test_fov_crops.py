@@ -13,15 +13,21 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 from fov_consistency import CROPS, crop_of, outside_circle, random_crop  # noqa: E402
 
 
-@pytest.mark.parametrize("crop", CROPS)
-def test_each_crop_cuts_scan_and_mask_alike_and_pads_its_circle(crop: str) -> None:
+def _two_lungs(spacing_xyz: tuple[float, float, float]) -> tuple[np.ndarray, np.ndarray, sitk.Image]:
+    """A scan of two box lungs (-850 HU in 40 HU) and its mask: HU array, mask, image."""
     hu = np.full((60, 80, 100), 40.0, np.float32)
     ref = np.zeros(hu.shape, np.uint8)
     ref[10:50, 15:65, 10:45] = 1
     ref[10:50, 15:65, 55:90] = 2
     hu[ref > 0] = -850.0
     image = sitk.GetImageFromArray(hu)
-    image.SetSpacing((2.0, 2.0, 3.0))
+    image.SetSpacing(spacing_xyz)
+    return hu, ref, image
+
+
+@pytest.mark.parametrize("crop", CROPS)
+def test_each_crop_cuts_scan_and_mask_alike_and_pads_its_circle(crop: str) -> None:
+    hu, ref, image = _two_lungs((2.0, 2.0, 3.0))
     img, r = crop_of(image, ref, crop)
     a = sitk.GetArrayFromImage(img)
     assert r.shape == a.shape and 0 < a.size < hu.size
@@ -35,13 +41,7 @@ def test_each_crop_cuts_scan_and_mask_alike_and_pads_its_circle(crop: str) -> No
 
 
 def test_random_crops_cut_scan_and_mask_alike_and_repeat_with_their_seed() -> None:
-    hu = np.full((60, 80, 100), 40.0, np.float32)
-    ref = np.zeros(hu.shape, np.uint8)
-    ref[10:50, 15:65, 10:45] = 1
-    ref[10:50, 15:65, 55:90] = 2
-    hu[ref > 0] = -850.0
-    image = sitk.GetImageFromArray(hu)
-    image.SetSpacing((4.0, 4.0, 5.0))
+    hu, ref, image = _two_lungs((4.0, 4.0, 5.0))
     kinds = set()
     rng, again = np.random.default_rng(3), np.random.default_rng(3)
     for _ in range(12):

@@ -14,7 +14,7 @@ from segpipe.errors import ConfigError
 from segpipe.refine import _util, rules
 from segpipe.refine.airways import AirwaysParams, coarse_airways, track_airways
 from segpipe.refine.base import FineContext, RuleReport, ScanContext
-from segpipe.refine.body import BodyParams, body_interior, body_midline_x
+from segpipe.refine.body import BodyParams, body_cut_side, body_interior, body_midline_x
 from segpipe.refine.components import ComponentsParams, clean_lungs, clean_lungs_array, fill_holes, fill_slice_holes, lung_pieces
 from segpipe.refine.dense_lung import DenseLungParams, dense_lung
 from segpipe.refine.dense_to_wall import DenseToWallParams, dense_to_wall
@@ -148,8 +148,43 @@ def test_a_lung_alone_in_a_cut_field_of_view_takes_the_networks_side() -> None:
     touching[3:17, 8:12, 17:23] = True
     sides = split_sides(touching, midline_x=19.5, left_vote=np.broadcast_to(np.arange(40) >= 20, touching.shape))
     assert (sides[_lungs() == 1] == 1).all() and (sides[_lungs() == 2] == 2).all()
+    # a small piece of the right lung at the view's right edge, beside the left one: the other
+    # lung by the vote (below min_fraction, and the "midline" puts both on one side)
+    piece = np.zeros_like(lung)
+    piece[6:14, 10:20, 0:3] = True
+    assert piece.sum() < 0.15 * lung.sum()
+    vote = lung.copy()
+    sides = split_sides(lung | piece, midline_x=16.5, left_vote=vote)
+    assert (sides[piece] == 1).all() and (sides[lung] == 2).all()
+    assert not split_sides(lung | piece, midline_x=16.5)[piece].any()  # without the vote: dropped
     assert (side_boundary(np.where(lung, 2, 0).astype(np.uint8)) < 0).all()  # every voxel left of it is the left lung
     assert (side_boundary(np.where(lung, 1, 0).astype(np.uint8)) >= lung.shape[2]).all()
+
+
+def test_a_view_that_cuts_the_body_at_one_side_shows_that_sides_lung() -> None:
+    """A view that keeps the patient's right flank and cuts the body at its high-x side shows
+    the right half of the patient: a lone lung there, whose network vote is unsure (0.43 left),
+    is the right lung, though the "midline" (the view's middle) cuts it in two."""
+    body = np.zeros((20, 30, 40), bool)
+    body[:, 2:28, 6:] = True  # skin at x 6, cut by the view's high-x face
+    assert body_cut_side(body) == 1 and body_cut_side(body[:, :, ::-1]) == 2
+    whole = np.zeros_like(body)
+    whole[:, 2:28, 6:34] = True
+    assert body_cut_side(whole) == 0  # the body's width in view
+    assert body_cut_side(np.ones_like(body)) == 3  # cut at both sides alike
+    circle = np.zeros_like(body)  # the scanner's padding at the high-x side (x 36 on), grown by one: the body runs into it
+    circle[:, :, 35:] = True
+    body_in_circle = whole.copy()
+    body_in_circle[:, 2:28, 34:36] = True
+    assert body_cut_side(body_in_circle, circle) == 1
+    lung = np.zeros_like(body)
+    lung[3:17, 5:25, 12:30] = True
+    vote = np.broadcast_to(np.arange(20)[:, None, None] < 9, lung.shape)  # its upper slices vote left: 0.43
+    assert 0.25 < vote[lung].mean() < 0.5
+    sides = split_sides(lung, midline_x=float(np.nonzero(body)[2].mean()), left_vote=vote, view_side=1)
+    assert (sides[lung] == 1).all()
+    assert set(np.unique(split_sides(lung, midline_x=22.5, left_vote=vote)[lung]).tolist()) == {1, 2}  # without: cut in two
+    assert (split_sides(lung, midline_x=22.5, left_vote=vote, view_side=3)[lung] == 1).all()  # both sides cut: the majority
 
 
 def test_a_collapsed_lung_beside_a_whole_one_is_kept() -> None:

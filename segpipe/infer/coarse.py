@@ -22,6 +22,7 @@ from scipy import ndimage
 from segpipe import spatial
 from segpipe.infer.settings import Settings, load_network, release_freed_memory
 from segpipe.refine import (
+    body_cut_side,
     body_in_view,
     body_midline_x,
     coarse_airways,
@@ -276,7 +277,8 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     found = confident_parts(lung & skin_slack(body), confident, voxel_ml, s.min_lung_ml,
                             air=hu < s.rules.body.air_hu, air_share=s.rules.body.air_share,
                             side_of=lambda piece: piece_side(piece, midline_x, left_vote), inside=body, edge=edge)
-    sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote)
+    sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote,
+                        view_side=body_cut_side(body, edge))
     sides = join_cut_pieces(found, sides, midline_x, left_vote)
     for value in (1, 2):
         side = sides == value

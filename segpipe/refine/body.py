@@ -15,7 +15,7 @@ from segpipe.refine._util import CROSS2, FULL, component_sizes, label, map_paral
 from segpipe.refine.base import RuleReport, ScanContext
 from segpipe.refine.components import fill_slice_holes
 
-__all__ = ["BodyParams", "padding_footprint", "body_interior", "body_in_view", "skin_slack", "body_midline_x", "rule"]
+__all__ = ["BodyParams", "padding_footprint", "body_interior", "body_in_view", "skin_slack", "body_midline_x", "body_cut_side", "rule"]
 
 
 @dataclass(frozen=True)
@@ -182,6 +182,27 @@ def _patient(inside: np.ndarray, share: float) -> np.ndarray:
     sizes = component_sizes(labels, n)
     sizes[0] = 0
     return (sizes >= share * sizes.max())[labels] & inside
+
+
+def body_cut_side(body: np.ndarray, edge: np.ndarray | None = None) -> int:
+    """The patient's side that a field of view cutting the body shows: 1 (right) where the
+    ``(z, y, x)`` body (canonical LPS) runs off the view (the array's x faces, or ``edge``: the
+    scanner's padding and the voxels next to it) on the high-x half (the patient's left) at
+    least twice as much as on the low-x half, and at least once per slice on average; 2 the
+    other way round; 3 where it cuts both sides alike; 0 where the view holds the body's width.
+    In a cut view the body's middle is not the patient's: the missing side lies beyond the cut."""
+    off = np.zeros(body.shape, bool)
+    off[:, :, 0] = off[:, :, -1] = True
+    if edge is not None:
+        off |= edge
+    xs = np.nonzero(body & off)[2]
+    high = int(np.count_nonzero(xs >= body.shape[2] / 2))
+    low = xs.size - high
+    if high >= max(2 * low, body.shape[0]):
+        return 1
+    if low >= max(2 * high, body.shape[0]):
+        return 2
+    return 3 if min(low, high) >= body.shape[0] else 0
 
 
 def skin_slack(body: np.ndarray, voxels: int = 1) -> np.ndarray:

@@ -48,6 +48,15 @@ def _split_single(mask: np.ndarray) -> np.ndarray:
     return out
 
 
+CLEAR_VOTE = 0.75  # a find is one side by the network's vote where this share of it votes that side
+
+
+def _vote_side(mask: np.ndarray, left_vote: np.ndarray, clear: float = CLEAR_VOTE) -> int:
+    """1 (right) or 2 (left) where ``clear`` of ``mask`` is that side by ``left_vote``; 0 otherwise."""
+    share = float(left_vote[mask].mean())
+    return 2 if share >= clear else 1 if share <= 1.0 - clear else 0
+
+
 def _halves_agree(halves: np.ndarray, left_vote: np.ndarray) -> bool:
     """Whether :func:`_split_single`'s ``halves`` (1 right, 2 left) are two lungs by the
     network's per-voxel ``left_vote``: the right half mostly right and the left half mostly
@@ -70,7 +79,7 @@ def piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int
 
 
 def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None,
-                left_vote: np.ndarray | None = None) -> np.ndarray:
+                left_vote: np.ndarray | None = None, view_side: int = 0) -> np.ndarray:
     """Label a lung mask by side from geometry: 1 right, 2 left.
 
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
@@ -85,10 +94,15 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     almost entirely on opposite sides of it: a collapsed lung beside a whole one.
 
     With ``left_vote`` (per voxel, whether the coarse network calls it the left lung rather
-    than the right), a single component is split only where the vote confirms it (each half
-    mostly its own side); otherwise it is one lung, sided by the vote's majority: a field of
-    view over one lung shows no midline (the body's middle is the view's middle), while the
-    network sees the heart, the spine and the liver. With ``midline_x`` as well, two largest
+    than the right), a single component that :data:`CLEAR_VOTE` of votes one side is split
+    only where the vote confirms it (each half mostly its own side); otherwise it is one lung of
+    that side: a field of view over one lung shows no midline (the body's middle is the view's
+    middle), while the network sees the heart, the spine and the liver. Where the vote is not
+    that clear, ``view_side`` (:func:`segpipe.refine.body_cut_side`: the side a view that cuts
+    the body at one side shows) decides the same way, and in a view that cuts both sides (3)
+    the vote's majority does. A second component that
+    the vote puts on the other side (nine tenths of each) counts as the other lung, as across
+    the midline. With ``midline_x`` as well, two largest
     components that both lie on one side of the midline and are that side by the vote are
     pieces of one lung (a lung the scan's edge cuts into pieces: the costophrenic recess at
     the top of an abdominal scan); the other lung is then the largest remaining component on
@@ -102,11 +116,19 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     sizes[0] = 0
     order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
     big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
-    if len(big) < 2 and len(order) >= 2 and midline_x is not None:
-        # a small lung (collapsed, or cut by the scan's end) across the midline from a whole one
-        shares = [_left_share(labels == i, midline_x) for i in order[:2]]
-        if min(shares) < 0.1 and max(shares) > 0.9:
-            big = order[:2]
+    if len(big) < 2 and len(order) >= 2 and (midline_x is not None or left_vote is not None):
+        # a small lung (collapsed, or cut by the scan's end or side) across the midline from a
+        # whole one, or on the other side by the network where the view has no midline
+        a, b = (labels == i for i in order[:2])
+        if midline_x is not None:
+            shares = [_left_share(a, midline_x), _left_share(b, midline_x)]
+            if min(shares) < 0.1 and max(shares) > 0.9:
+                big = order[:2]
+        if len(big) < 2 and left_vote is not None:
+            votes = [_vote_side(a, left_vote, 0.9), _vote_side(b, left_vote, 0.9)]
+            a_right = np.nonzero(a)[2].mean() < np.nonzero(b)[2].mean()
+            if 0 not in votes and votes[0] != votes[1] and (votes[0] == 1) == a_right:
+                big = order[:2]
     if len(big) >= 2 and midline_x is not None and left_vote is not None:
         side = piece_side(labels == big[0], midline_x, left_vote)
         if side and piece_side(labels == big[1], midline_x, left_vote) == side:
@@ -124,8 +146,12 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         single = labels == big[0]
         halves = _split_single(single)
         if left_vote is not None and not _halves_agree(halves, left_vote):
-            out[single] = 2 if left_vote[single].mean() > 0.5 else 1
-            return out
+            side = _vote_side(single, left_vote) or (view_side if view_side in (1, 2) else 0)
+            if not side and view_side == 3:  # the view cuts both sides: no midline, the vote's majority
+                side = _vote_side(single, left_vote, 0.5)
+            if side:
+                out[single] = side
+                return out
         if midline_x is not None:
             left_share = _left_share(single, midline_x)
             if left_share < 0.1 or left_share > 0.9:
