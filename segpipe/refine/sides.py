@@ -94,19 +94,16 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     almost entirely on opposite sides of it: a collapsed lung beside a whole one.
 
     With ``left_vote`` (per voxel, whether the coarse network calls it the left lung rather
-    than the right), a single component that :data:`CLEAR_VOTE` of votes one side is split
-    only where the vote confirms it (each half mostly its own side); otherwise it is one lung of
-    that side: a field of view over one lung shows no midline (the body's middle is the view's
-    middle), while the network sees the heart, the spine and the liver. Where the vote is not
-    that clear, ``view_side`` (:func:`segpipe.refine.body_cut_side`: the side a view that cuts
-    the body at one side shows) decides the same way, and in a view that cuts both sides (3)
-    the vote's majority does. A second component that
-    the vote puts on the other side (nine tenths of each) counts as the other lung, as across
-    the midline. With ``midline_x`` as well, two largest
-    components that both lie on one side of the midline and are that side by the vote are
-    pieces of one lung (a lung the scan's edge cuts into pieces: the costophrenic recess at
-    the top of an abdominal scan); the other lung is then the largest remaining component on
-    the other side by both.
+    than the right), a single component is split only where the vote confirms it (each half
+    mostly its own side); otherwise :func:`_one_lung_side` may make it one lung: a field of view
+    over one lung shows no midline (the body's middle is the view's middle), while the network
+    sees the heart, the spine and the liver, and a view that cuts the body at one side
+    (``view_side``: :func:`segpipe.refine.body_cut_side`) shows that side. A second component
+    that the vote puts on the other side (nine tenths of each) counts as the other lung, as
+    across the midline. With ``midline_x`` as well, two largest components that both lie on
+    one side of the midline and are that side by the vote are pieces of one lung (a lung the
+    scan's edge cuts into pieces: the costophrenic recess at the top of an abdominal scan); the
+    other lung is then the largest remaining component on the other side by both.
     """
     labels, n = label(lungs)
     out = np.zeros(lungs.shape, np.uint8)
@@ -116,19 +113,8 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     sizes[0] = 0
     order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
     big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
-    if len(big) < 2 and len(order) >= 2 and (midline_x is not None or left_vote is not None):
-        # a small lung (collapsed, or cut by the scan's end or side) across the midline from a
-        # whole one, or on the other side by the network where the view has no midline
-        a, b = (labels == i for i in order[:2])
-        if midline_x is not None:
-            shares = [_left_share(a, midline_x), _left_share(b, midline_x)]
-            if min(shares) < 0.1 and max(shares) > 0.9:
-                big = order[:2]
-        if len(big) < 2 and left_vote is not None:
-            votes = [_vote_side(a, left_vote, 0.9), _vote_side(b, left_vote, 0.9)]
-            a_right = np.nonzero(a)[2].mean() < np.nonzero(b)[2].mean()
-            if 0 not in votes and votes[0] != votes[1] and (votes[0] == 1) == a_right:
-                big = order[:2]
+    if len(big) < 2 and len(order) >= 2 and _opposite(labels == order[0], labels == order[1], midline_x, left_vote):
+        big = order[:2]  # a small lung (collapsed, or cut by the scan's end or side) beside a whole one
     if len(big) >= 2 and midline_x is not None and left_vote is not None:
         side = piece_side(labels == big[0], midline_x, left_vote)
         if side and piece_side(labels == big[1], midline_x, left_vote) == side:
@@ -145,20 +131,45 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     else:
         single = labels == big[0]
         halves = _split_single(single)
-        if left_vote is not None and not _halves_agree(halves, left_vote):
-            side = _vote_side(single, left_vote) or (view_side if view_side in (1, 2) else 0)
-            if not side and view_side == 3:  # the view cuts both sides: no midline, the vote's majority
-                side = _vote_side(single, left_vote, 0.5)
-            if side:
-                out[single] = side
-                return out
-        if midline_x is not None:
-            left_share = _left_share(single, midline_x)
-            if left_share < 0.1 or left_share > 0.9:
-                out[single] = 2 if left_share > 0.5 else 1
-                return out
-        out = halves
+        side = _one_lung_side(single, halves, midline_x, left_vote, view_side)
+        out = halves if not side else np.where(single, np.uint8(side), np.uint8(0))
     return out
+
+
+def _opposite(a: np.ndarray, b: np.ndarray, midline_x: float | None, left_vote: np.ndarray | None) -> bool:
+    """Whether masks ``a`` and ``b`` are lungs of opposite sides: almost entirely on either side
+    of ``midline_x``, or (where the view has no midline) on either side by ``left_vote``, nine
+    tenths of each, in the order their mean x gives."""
+    if midline_x is not None:
+        shares = sorted((_left_share(a, midline_x), _left_share(b, midline_x)))
+        if shares[0] < 0.1 and shares[1] > 0.9:
+            return True
+    if left_vote is None:
+        return False
+    votes = [_vote_side(a, left_vote, 0.9), _vote_side(b, left_vote, 0.9)]
+    a_right = np.nonzero(a)[2].mean() < np.nonzero(b)[2].mean()
+    return 0 not in votes and votes[0] != votes[1] and (votes[0] == 1) == a_right
+
+
+def _one_lung_side(single: np.ndarray, halves: np.ndarray, midline_x: float | None, left_vote: np.ndarray | None,
+                   view_side: int) -> int:
+    """The side of ``single`` where it is one lung, 0 where it is two (split into ``halves``).
+
+    Where the network's vote does not confirm the halves: the side :data:`CLEAR_VOTE` of it
+    votes for, else ``view_side`` (1 or 2), else, in a view that cuts both sides (3), the vote's
+    majority. Otherwise (or without a vote) the side of ``midline_x`` that holds nine tenths of
+    it; 0 where none decides."""
+    if left_vote is not None and not _halves_agree(halves, left_vote):
+        side = _vote_side(single, left_vote) or (view_side if view_side in (1, 2) else 0)
+        if not side and view_side == 3:
+            side = _vote_side(single, left_vote, 0.5)
+        if side:
+            return side
+    if midline_x is not None:
+        left_share = _left_share(single, midline_x)
+        if left_share < 0.1 or left_share > 0.9:
+            return 2 if left_share > 0.5 else 1
+    return 0
 
 
 def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left_vote: np.ndarray) -> np.ndarray:
