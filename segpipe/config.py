@@ -160,7 +160,9 @@ class AugmentConfig:
     down-sampled scans (e.g. 4 mm) look blurrier than any phantom rendered at the fine spacing.
     ``fov_probability``: share of patches cut as a scan's field of view cuts the body
     (:func:`segpipe.train.data.cut_field_of_view`: a box, a slab or the scanner's circle, each
-    side keeping a share drawn from ``fov_keep``); 0 turns it off."""
+    side keeping a share drawn from ``fov_keep``); 0 turns it off. ``fov_fill``: what lies beyond
+    a box or slab cut: ``"air"`` (-1024 HU) or ``"edge"`` (the kept part's edge repeated, as the
+    coarse stage's sliding window pads a scan smaller than a window); beyond a circle, air."""
 
     probability: float = 0.3
     mirror: bool = False
@@ -175,8 +177,11 @@ class AugmentConfig:
     lowres_zoom: tuple[float, float] = (1.0, 1.0)
     fov_probability: float = 0.0
     fov_keep: tuple[float, float] = (0.35, 0.9)
+    fov_fill: str = "air"
 
     def __post_init__(self) -> None:
+        if self.fov_fill not in ("air", "edge"):
+            raise ConfigError(f"augment.fov_fill: expected 'air' or 'edge', got {self.fov_fill!r}")
         if not 0.0 <= self.fov_probability <= 1.0:
             raise ConfigError(f"augment.fov_probability: expected 0..1, got {self.fov_probability}")
         if not 0 < self.fov_keep[0] <= self.fov_keep[1] <= 1:

@@ -368,6 +368,35 @@ def test_cut_field_of_view_sets_air_and_background_outside_the_part_kept() -> No
     assert (img == 40.0).all() and (lbl == 1).all()  # inputs not changed
 
 
+def test_cut_field_of_view_can_repeat_the_kept_parts_edge() -> None:
+    """With ``fill="edge"`` a box or slab cut repeats the kept part's edge voxels beyond it
+    (what the coarse window's padding shows beyond a small scan); labels there are background;
+    a circle cut is air either way."""
+    from segpipe.train.patches import cut_field_of_view
+
+    rng = np.random.default_rng(5)
+    img = np.broadcast_to(np.arange(40, dtype=np.float32) * 10.0 - 900.0, (20, 40, 40)).copy()  # HU grows with x
+    lbl = np.ones(img.shape, np.uint8)
+    circles = boxes = 0
+    for _ in range(30):
+        a, b = cut_field_of_view(img, lbl, rng, (0.4, 0.8), fill="edge")
+        outside = b == 0
+        assert outside.any() and not outside.all()
+        if (a == -1024.0).any():  # the circle: air beyond it
+            circles += 1
+            np.testing.assert_array_equal(a == -1024.0, outside)
+            continue
+        boxes += 1
+        kept_x = np.flatnonzero((~outside).any(axis=(0, 1)))
+        assert a.min() >= img.min() and np.array_equal(a[~outside], img[~outside])  # inside untouched
+        np.testing.assert_array_equal(a[:, :, : kept_x[0]], img[:, :, kept_x[0] : kept_x[0] + 1].repeat(kept_x[0], axis=2))
+    assert circles and boxes
+    with pytest.raises(ConfigError, match="fov_fill"):
+        from segpipe.config import AugmentConfig
+
+        AugmentConfig(fov_fill="noise")
+
+
 def test_fov_augmentation_is_off_by_default_and_checked() -> None:
     from segpipe.config import AugmentConfig
 

@@ -221,7 +221,8 @@ class PatchDataset:
             img, lbl = augment_patch(img, lbl, self.augment, rng, spacing_zyx)  # type: ignore[arg-type]
             fov = getattr(self.augment, "fov_probability", 0.0)
             if fov > 0 and rng.random() < fov:  # no draw when off: older configs keep their random stream
-                img, lbl = cut_field_of_view(img, lbl, rng, self.augment.fov_keep)  # type: ignore[attr-defined]
+                img, lbl = cut_field_of_view(img, lbl, rng, self.augment.fov_keep,  # type: ignore[attr-defined]
+                                             fill=getattr(self.augment, "fov_fill", "air"))
         return {
             "image": torch.from_numpy(normalise_hu(img, self.window_hu)[None]),
             "label": torch.from_numpy(np.ascontiguousarray(lbl).astype(np.int64)),
@@ -229,7 +230,7 @@ class PatchDataset:
 
 
 def cut_field_of_view(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator,
-                      keep: tuple[float, float] = (0.35, 0.9)) -> tuple[np.ndarray, np.ndarray]:
+                      keep: tuple[float, float] = (0.35, 0.9), fill: str = "air") -> tuple[np.ndarray, np.ndarray]:
     """A ``(z, y, x)`` HU patch and its labels as a scan whose field of view cuts the body:
     outside the part kept the image is air (-1024 HU, what both stages see beyond a scan's
     edge: the fine lattice's fill, the coarse window's padding) and the label background.
@@ -237,7 +238,9 @@ def cut_field_of_view(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator
     a cardiac-centred crop, a field of view narrower than the body), ``slab`` (the z axis
     keeps a few cm: a thin scan, an apex or base slab), ``circle`` (the scanner's
     reconstruction circle, radius a share of the patch's half-width). Axis-aligned and applied
-    after the other augmentation, as real scan edges are."""
+    after the other augmentation, as real scan edges are. With ``fill="edge"`` the image beyond
+    a box or slab repeats the kept part's edge instead (what the coarse stage's sliding window
+    shows beyond a scan smaller than a window); beyond a circle it is air either way."""
     img, lbl = img.copy(), lbl.copy()
     kind = ("box", "slab", "circle")[int(rng.integers(3))]
     shape = img.shape
@@ -257,7 +260,11 @@ def cut_field_of_view(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator
             sl[a] = slice(start, start + length)
         inside[tuple(sl)] = True
         outside = ~inside
-    img[outside] = -1024.0
+        if fill == "edge":
+            pads = [(s.indices(n)[0], n - s.indices(n)[1]) for s, n in zip(sl, shape)]
+            img = np.pad(img[tuple(sl)], pads, mode="edge")
+    if kind == "circle" or fill != "edge":
+        img[outside] = -1024.0
     lbl[outside] = 0
     return img, lbl
 
