@@ -103,6 +103,24 @@ def test_split_sides_by_geometry_two_components_and_touching_lungs() -> None:
     assert (boundary[0] == 19.5).all()  # rows without lungs take the median
 
 
+def test_side_boundary_never_cuts_the_one_lung_of_a_slice() -> None:
+    """A view over the right lung with a small piece of the left one at its edge in two slices:
+    the other slices' boundary lies beyond the right lung (it used to be the two slices'
+    median, through the right lung, giving its medial part to the left); rows of a slice with
+    both lungs keep the slice's median."""
+    sides = np.zeros((20, 30, 40), np.uint8)
+    sides[2:18, 4:26, 2:30] = 1  # the right lung across most of the view
+    sides[8:10, 10:14, 20:] = 0
+    sides[8:10, 10:14, 22:25] = 2  # the left lung's piece, past the right lung's row end
+    boundary = side_boundary(sides)
+    assert (boundary[8:10, 10:14] == 20.5).all()  # middle of the gap
+    assert (boundary[2:18, 4:26][~np.isin(np.arange(20), [8, 9])[2:18]] >= 29 + 1.5).all()
+    assert (boundary[8:10, 4:10] == 20.5).all()  # rows with the right lung alone, in a slice with both
+    assert (boundary[0] == 20.5).all()  # a slice without lung: the overall median
+    flipped = np.array([0, 2, 1], np.uint8)[sides[:, :, ::-1]]  # the left lung across the view
+    assert (side_boundary(flipped)[2:8, 4:26] <= 39 - 29 - 1.5).all()
+
+
 def test_laterality_of_inference_is_physical() -> None:
     """Labels 1/2 follow LPS x whatever the storage orientation (checked through the whole
     clean-up on a reoriented image)."""
@@ -967,7 +985,8 @@ def test_rule_set_bool_shorthand(name: str) -> None:
     ({"fat": {"smooth": 2.0}}, "unknown config key {where}.fat.smooth (allowed: "),     # unknown parameter
     ({"pleural_air": {"min_ml": 20, "grow": 1}}, "unknown config key {where}.pleural_air.grow "),
     ({"body": {"enabled": True, "threshold": -400}},
-     "unknown config key {where}.body.threshold (allowed: air_cm2, air_hu, air_share, cut_share, hu, padding_hu, padding_max_hu, part_share, table_share)"),
+     "unknown config key {where}.body.threshold (allowed: air_cm2, air_hu, air_share, cut_share, hu, padding_hu, "
+     "padding_max_hu, part_share, table_lung_share, table_share)"),
     ({"pleural_air": {"min_ml": "20 mL"}}, "{where}.pleural_air.min_ml: expected a number"),  # wrong types
     ({"pleural_air": {"min_ml": True}}, "{where}.pleural_air.min_ml: expected a number"),
     ({"fat": {"enabled": "no"}}, "{where}.fat.enabled: expected true or false"),
@@ -1482,6 +1501,30 @@ def test_body_in_view_keeps_a_lung_along_one_side_of_the_circle() -> None:
     assert not (body_in_view(hu[None], (4.0, 4.0, 4.0), BodyParams(table_share=0.5))[0] & inside_lung).any()
 
 
+def test_body_in_view_keeps_a_lung_the_network_sees_along_the_whole_posterior_arc() -> None:
+    """A small field of view over one lung: the lung runs along the whole posterior arc of the
+    circle, as the mattress would. Where the coarse network calls it lung it is inside; a
+    region the network does not call lung is still the mattress."""
+    from segpipe.refine import body_in_view
+
+    n = 40
+    yy, xx = np.mgrid[:n, :n].astype(float)
+    hu = np.full((n, n), 40.0, np.float32)
+    lung = ((xx - 20) / 22) ** 2 + ((yy - 30) / 14) ** 2 <= 1  # posterior, across the view
+    hu[lung] = -850.0
+    outside = _circle_outside((n, n))
+    hu[outside] = -2048.0
+    inside_lung = lung & ~outside
+    assert not (body_in_view(hu[None], (4.0, 4.0, 4.0))[0] & inside_lung).any()  # by HU alone: the mattress
+    called = np.zeros((1, n, n), bool)
+    called[0] = inside_lung & (xx > 12)  # the network calls three quarters of it lung
+    assert body_in_view(hu[None], (4.0, 4.0, 4.0), lung=called)[0][inside_lung].all()
+    called[0] = inside_lung & (xx > 24)  # a third: not enough
+    assert not (body_in_view(hu[None], (4.0, 4.0, 4.0), lung=called)[0] & inside_lung).any()
+    with pytest.raises(ValueError, match="lung of shape"):
+        body_in_view(hu[None], (4.0, 4.0, 4.0), lung=called[0])
+
+
 def test_body_in_view_leaves_out_outside_air_padding_and_the_mattress_of_a_cut_slice() -> None:
     from segpipe.refine import body_in_view
 
@@ -1493,10 +1536,10 @@ def test_body_in_view_leaves_out_outside_air_padding_and_the_mattress_of_a_cut_s
     circle = (yy - (crop.shape[1] - 1) / 2) ** 2 + (xx - (crop.shape[2] - 1) / 2) ** 2 > r * r
     padded = crop.copy()
     padded[:, circle] = -2048.0
-    for image in (crop, padded):
-        body = body_in_view(image, (4.0, 4.0, 4.0))[0]
+    for image, called in ((crop, False), (padded, False), (padded, True)):
         lungs = (image[0] > -950) & (image[0] < -500)
         lungs[int(0.8 * n):] = False  # not the mattress
+        body = body_in_view(image, (4.0, 4.0, 4.0), lung=lungs[None] if called else None)[0]
         assert body[lungs].mean() > 0.98  # cut lungs inside
         assert not body[:3].any()  # the air in front of the patient: outside
         assert not body[int(0.84 * n), crop.shape[2] // 2]  # the mattress: outside

@@ -262,7 +262,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     # the fine stage's lungs must lie inside the body itself (no slack: the chest wall is
     # thicker than a coarse voxel), the coarse lungs within one voxel of it (partial volume)
     padding = _padding_on(canonical, coarse_img, s)
-    body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body, padding=padding)
+    body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body, padding=padding, lung=lung & confident)
     edge = view_edge(hu, padding, s.rules.body)
     # a lung needs enough confident lung: smaller or unsure finds are gas in the bowel or
     # stomach. A lung the scan's edge cuts (the bases at the top of an abdominal scan, a slab)

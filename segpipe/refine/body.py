@@ -35,6 +35,9 @@ class BodyParams:
             coarse stage's test for gas at the scan's edge: a find whose sure voxels are this
             share or more pure air gets no cut-lung share (:func:`segpipe.infer.coarse.confident_parts`).
         table_share: see ``air_cm2``.
+        table_lung_share: a region along the posterior edge that the coarse network calls lung
+            over at least this share of its area is a lung that the view's posterior arc cuts
+            (a small field of view over one lung), not the mattress.
         padding_hu: below this, over a region that reaches the array's border, is the
             scanner's padding outside its reconstruction circle (-2048, -3024): beyond the scan.
         padding_max_hu: padding at or above ``padding_hu`` (-1024, what many scanners write
@@ -52,6 +55,7 @@ class BodyParams:
     air_hu: float = -975.0
     air_cm2: float = 2.0
     table_share: float = 0.75
+    table_lung_share: float = 0.5
     air_share: float = 0.25
     padding_hu: float = -1100.0
     padding_max_hu: float = -1000.0
@@ -108,7 +112,7 @@ def body_interior(hu_zyx: np.ndarray, threshold_hu: float = -500.0, *, slack_vox
 
 
 def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyParams = BodyParams(), *,
-                 padding: np.ndarray | None = None) -> np.ndarray:
+                 padding: np.ndarray | None = None, lung: np.ndarray | None = None) -> np.ndarray:
     """Voxels inside the body, also where the scan's field of view cuts it.
 
     Per axial slice, as :func:`body_interior`: what tissue above ``p.hu`` encloses, where the
@@ -120,7 +124,10 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
     the scan's edge (canonical LPS: high y) over ``p.table_share`` of its width (the table's
     mattress): a lung or bowel loop that the field of view cuts is inside. The scanner's
     padding is never body: what lies below ``p.padding_hu`` and, given as ``padding``, a ``(y, x)``
-    footprint of padding that has the value of air (:func:`padding_footprint`)."""
+    footprint of padding that has the value of air (:func:`padding_footprint`). Given ``lung``
+    (``(z, y, x)``, what the coarse network calls lung), a region along the posterior edge that
+    is ``p.table_lung_share`` lung or more is not the mattress: the network sees the ribs and
+    the spine around a lung that the view's posterior arc cuts."""
     hu = np.asarray(hu_zyx, np.float32)
     border = np.ones(hu.shape[1:], bool)
     border[1:-1, 1:-1] = False
@@ -130,6 +137,8 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
         if padding.shape != hu.shape[1:]:
             raise ValueError(f"body_in_view: padding footprint of shape {padding.shape}, expected {hu.shape[1:]} (the slices' shape)")
         pad_like |= np.asarray(padding, bool)
+    if lung is not None and lung.shape != hu.shape:
+        raise ValueError(f"body_in_view: lung of shape {lung.shape}, expected {hu.shape} (the scan's shape)")
     pixel_cm2 = float(spacing_xyz[0]) * float(spacing_xyz[1]) / 100.0
     out = np.zeros(hu.shape, bool)
 
@@ -164,6 +173,9 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
             cols[labels[ys, xs], xs] = True
             span = max(1, np.count_nonzero(post.any(axis=0)))
             table = cols.sum(axis=1) > p.table_share * span
+            if lung is not None:
+                called = np.bincount(labels[lung[z]], minlength=n + 1)
+                table &= called < p.table_lung_share * np.bincount(labels.ravel(), minlength=n + 1)
             touching &= air_like | table
         touching[0] = False
         out[z] = _patient(~touching[labels] & ~beyond, p.part_share)

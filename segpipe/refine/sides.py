@@ -196,12 +196,15 @@ def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left
     return out
 
 
-def side_boundary(sides: np.ndarray) -> np.ndarray:
+def side_boundary(sides: np.ndarray, margin: float = 1.5) -> np.ndarray:
     """Per ``(z, y)`` row of a sided label array (1 right, 2 left; canonical LPS), the x
     index (float) that separates the lungs: the middle of the gap between the right lung's
     last voxel and the left lung's first. Rows without both lungs take their slice's median,
     slices without both take the overall median; with one lung only, the boundary lies beyond
-    the array on the other side (every lung voxel is that lung). Shape ``(z, y)``."""
+    the array on the other side (every lung voxel is that lung). In a slice with one lung only,
+    the boundary lies at least ``margin`` voxels beyond that lung (the fine stage's lung reaches
+    past the coarse one), so that a small piece of the other lung in a few slices does not give
+    half of a large lung to its side. Shape ``(z, y)``."""
     nz, ny, nx = sides.shape
     xs = np.arange(nx)
     right_max = np.where(sides == 1, xs, -1).max(axis=2).astype(float)
@@ -217,6 +220,12 @@ def side_boundary(sides: np.ndarray) -> np.ndarray:
             row[:] = overall
         else:
             row[np.isnan(row)] = np.nanmedian(row)
+    # a slice with one lung only: the boundary lies beyond it
+    right_end, left_start = right_max.max(axis=1), left_min.min(axis=1)
+    alone_right = (right_end >= 0) & (left_start >= nx)
+    alone_left = (left_start < nx) & (right_end < 0)
+    boundary[alone_right] = np.maximum(boundary[alone_right], right_end[alone_right, None] + margin)
+    boundary[alone_left] = np.minimum(boundary[alone_left], left_start[alone_left, None] - margin)
     return boundary
 
 
