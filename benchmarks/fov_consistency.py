@@ -24,7 +24,8 @@ reports the lung found where the whole-scan mask has none (``extra_ml``).
 References: a real scan without a lung mask (LIDC-IDRI-0001) is scored against the same model's
 mask of the whole scan; COPDGene against its reference labels; phantoms against their labels.
 A lung counts where the reference holds at least 5 mL of it in the crop; the summary gives the
-mean and worst Dice over all of them and over those with at least 50 mL (the issue's target).
+mean and worst Dice over all of them and over those with at least 50 mL (the issue's target),
+and of the lungs of 50 mL lost, those that went to the other side (found, but named wrongly).
 The real upper-abdomen slab (../shared/data/abdomen-slab-dicom) is segmented as it is: the lung
 found there (mL) should be none, or a sliver of a base.
 
@@ -242,13 +243,25 @@ def cases(n_phantoms: int, seed_base: int) -> list[tuple[str, sitk.Image, sitk.I
     return out
 
 
+def _to_other_side(row: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
+    """Whether a lost lung's ``row`` went to the other side: the other lung of the same case and
+    crop was given more than half of its volume beyond its own (found, but named wrongly)."""
+    other = next((r for r in rows if r["case"] == row["case"] and r["crop"] == row["crop"] and r["lung"] != row["lung"]), None)
+    if other is None:
+        return False
+    gained = max(other.get("pred_ml", 0.0) - other["ref_ml"], other.get("extra_ml", 0.0))
+    return gained > 0.5 * row["ref_ml"]
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     scored = [r for r in rows if "dice" in r]
     big = [r["dice"] for r in scored if r["ref_ml"] >= 50]
     out: dict[str, Any] = {"mean_dice": round(float(np.mean([r["dice"] for r in scored])), 4) if scored else None,
                            "lungs": len(scored), "mean_dice_50ml": round(float(np.mean(big)), 4) if big else None,
                            "worst_dice_50ml": round(float(np.min(big)), 4) if big else None,
-                           "lost_50ml": sum(d < 0.1 for d in big), "lungs_50ml": len(big), "per_crop": {}}
+                           "lost_50ml": sum(d < 0.1 for d in big), "lungs_50ml": len(big),
+                           "lost_to_other_side_50ml": sum(_to_other_side(r, rows) for r in scored if r["ref_ml"] >= 50 and r["dice"] < 0.1),
+                           "per_crop": {}}
     extra = [r["extra_ml"] for r in rows if "extra_ml" in r]
     if extra:
         out["extra_ml_total"], out["extra_ml_max"] = round(float(np.sum(extra)), 1), max(extra)

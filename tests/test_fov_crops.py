@@ -57,3 +57,22 @@ def test_random_crops_cut_scan_and_mask_alike_and_repeat_with_their_seed() -> No
         if "circle" in desc:
             assert (a[:, outside_circle(img)] == float(desc.split("circle ")[1])).all()
     assert kinds == {"slab", "window", "box"}
+
+
+def test_summary_counts_the_lost_lungs_that_went_to_the_other_side() -> None:
+    """A lost lung whose volume the other lung of the same crop took (as its own or as lung where
+    the reference has none) was found but named wrongly; one that no lung took was not found."""
+    from fov_consistency import summary
+
+    def row(crop: str, lung: str, ref: float, pred: float | None = None, extra: float = 0.0) -> dict:
+        r = {"case": "scan", "crop": f"{crop} window 150x150x300 mm", "lung": lung, "ref_ml": ref, "extra_ml": extra}
+        if pred is not None:
+            r.update(pred_ml=pred, dice=0.0 if pred == 0 or ref < 50 else 0.95)
+        return r
+
+    rows = [row("random00", "right", 600.0, 0.0), row("random00", "left", 900.0, 1480.0),  # taken by the left
+            row("random01", "right", 700.0, 0.0), row("random01", "left", 2.0, extra=690.0),  # a lone lung named left
+            row("random02", "right", 400.0, 0.0), row("random02", "left", 800.0, 810.0)]  # not found
+    s = summary(rows)
+    assert s["lost_50ml"] == 3
+    assert s["lost_to_other_side_50ml"] == 2
