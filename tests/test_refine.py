@@ -175,6 +175,22 @@ def test_a_lung_alone_in_a_cut_field_of_view_takes_the_networks_side() -> None:
     sides = split_sides(lung | piece, midline_x=16.5, left_vote=vote)
     assert (sides[piece] == 1).all() and (sides[lung] == 2).all()
     assert not split_sides(lung | piece, midline_x=16.5)[piece].any()  # without the vote: dropped
+    vote[6, 10:20, 0:3] = True  # one of its 8 slices votes left: still three quarters right
+    assert (split_sides(lung | piece, midline_x=16.5, left_vote=vote)[piece] == 1).all()
+    vote[7:9, 10:20, 0:3] = True  # 3 of 8 slices left: unsure, dropped
+    assert not split_sides(lung | piece, midline_x=16.5, left_vote=vote)[piece].any()
+    # a find that is two touching lungs by the vote (a small left one: four fifths of it vote
+    # right) and a speck voted left beyond them: the speck is not the left lung
+    two = np.zeros(lung.shape, bool)
+    two[3:17, 5:25, 3:17] = True
+    two[3:17, 5:25, 23:26] = True
+    two[3:17, 8:12, 17:23] = True
+    speck = np.zeros_like(two)
+    speck[6:14, 10:20, 38:40] = True
+    by_x = np.broadcast_to(np.arange(40) >= 20, two.shape) | speck
+    assert 0.75 < 1 - by_x[two].mean() < 0.9
+    sides = split_sides(two | speck, midline_x=16.5, left_vote=by_x)
+    assert not sides[speck].any() and (sides[3:17, 5:25, 23:26] == 2).all() and (sides[3:17, 5:25, 3:17] == 1).all()
     assert (side_boundary(np.where(lung, 2, 0).astype(np.uint8)) < 0).all()  # every voxel left of it is the left lung
     assert (side_boundary(np.where(lung, 1, 0).astype(np.uint8)) >= lung.shape[2]).all()
 

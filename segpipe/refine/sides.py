@@ -99,7 +99,7 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     over one lung shows no midline (the body's middle is the view's middle), while the network
     sees the heart, the spine and the liver, and a view that cuts the body at one side
     (``view_side``: :func:`segpipe.refine.body_cut_side`) shows that side. A second component
-    that the vote puts on the other side (nine tenths of each) counts as the other lung, as
+    that the vote puts on the other side (three quarters of each) counts as the other lung, as
     across the midline. With ``midline_x`` as well, two largest components that both lie on
     one side of the midline and are that side by the vote are pieces of one lung (a lung the
     scan's edge cuts into pieces: the costophrenic recess at the top of an abdominal scan); the
@@ -113,7 +113,8 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     sizes[0] = 0
     order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
     big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
-    if len(big) < 2 and len(order) >= 2 and _opposite(labels == order[0], labels == order[1], midline_x, left_vote):
+    if len(big) < 2 and len(order) >= 2 and _opposite(labels == order[0], labels == order[1], midline_x, left_vote,
+                                                      two=left_vote is not None and _halves_agree(_split_single(labels == order[0]), left_vote)):
         big = order[:2]  # a small lung (collapsed, or cut by the scan's end or side) beside a whole one
     if len(big) >= 2 and midline_x is not None and left_vote is not None:
         side = piece_side(labels == big[0], midline_x, left_vote)
@@ -136,17 +137,21 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     return out
 
 
-def _opposite(a: np.ndarray, b: np.ndarray, midline_x: float | None, left_vote: np.ndarray | None) -> bool:
-    """Whether masks ``a`` and ``b`` are lungs of opposite sides: almost entirely on either side
-    of ``midline_x``, or (where the view has no midline) on either side by ``left_vote``, nine
-    tenths of each, in the order their mean x gives."""
+def _opposite(a: np.ndarray, b: np.ndarray, midline_x: float | None, left_vote: np.ndarray | None, *,
+              two: bool = False) -> bool:
+    """Whether masks ``a`` (the larger) and ``b`` are lungs of opposite sides: almost entirely on
+    either side of ``midline_x``, or (where the view has no midline) on either side by
+    ``left_vote``, in the order their mean x gives: :data:`CLEAR_VOTE` of each, or nine tenths
+    where ``a`` is itself ``two`` lungs by the vote (then ``b`` is more likely a piece of one of
+    them)."""
     if midline_x is not None:
         shares = sorted((_left_share(a, midline_x), _left_share(b, midline_x)))
         if shares[0] < 0.1 and shares[1] > 0.9:
             return True
     if left_vote is None:
         return False
-    votes = [_vote_side(a, left_vote, 0.9), _vote_side(b, left_vote, 0.9)]
+    clear = 0.9 if two else CLEAR_VOTE
+    votes = [_vote_side(a, left_vote, clear), _vote_side(b, left_vote, clear)]
     a_right = np.nonzero(a)[2].mean() < np.nonzero(b)[2].mean()
     return 0 not in votes and votes[0] != votes[1] and (votes[0] == 1) == a_right
 
