@@ -113,8 +113,9 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     sizes[0] = 0
     order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
     big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
-    if len(big) < 2 and len(order) >= 2 and _opposite(labels == order[0], labels == order[1], midline_x, left_vote,
-                                                      two=left_vote is not None and _halves_agree(_split_single(labels == order[0]), left_vote)):
+    halves = _split_single(labels == order[0]) if len(big) < 2 else None  # a single find, split at its thinnest column
+    if halves is not None and len(order) >= 2 and _opposite(labels == order[0], labels == order[1], midline_x, left_vote,
+                                                            two=left_vote is not None and _halves_agree(halves, left_vote)):
         big = order[:2]  # a small lung (collapsed, or cut by the scan's end or side) beside a whole one
     if len(big) >= 2 and midline_x is not None and left_vote is not None:
         side = piece_side(labels == big[0], midline_x, left_vote)
@@ -130,8 +131,8 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         out[labels == right] = 1
         out[labels == left] = 2
     else:
+        assert halves is not None  # one find: big is [order[0]]
         single = labels == big[0]
-        halves = _split_single(single)
         side = _one_lung_side(single, halves, midline_x, left_vote, view_side)
         out = halves if not side else np.where(single, np.uint8(side), np.uint8(0))
     return out
