@@ -69,6 +69,27 @@ def test_sides_are_checked_in_physical_space(orientation: str) -> None:
     assert fixed.GetDirection() == good.GetDirection() and fixed.GetOrigin() == good.GetOrigin()
 
 
+def test_the_cascade_keeps_the_sides_steps_sides_in_a_cut_view() -> None:
+    """A field of view over the right lung with a small piece of the left one at its low-x
+    side in a few other slices (the per-row side boundary put it there): the left piece's
+    centroid lies beyond the right lung's, which :func:`clean_lungs` reads as swapped labels.
+    The cascade's ``components`` step keeps the ``sides`` step's labels."""
+    from segpipe.refine import components
+
+    a = np.zeros((20, 30, 40), np.uint8)
+    a[2:16, 5:25, 12:36] = 1  # the right lung, cut by the view
+    a[16:19, 8:18, 2:10] = 2  # a piece of the left lung below it (1.9 mL)
+    _, warnings = clean_lungs(_image(a))
+    assert len(warnings) == 1 and "swapped" in warnings[0]  # what the centroid check alone does
+    geometry = spatial.Geometry.of(_image(a))
+    ctx = ScanContext(scan_hu=lambda: np.zeros(a.shape, np.int16), release_scan=lambda: None, spacing_xyz=(2.0, 2.0, 2.0),
+                      body=lambda z: np.ones(a.shape[1:], bool), airways=lambda z: np.zeros(a.shape[1:], bool),
+                      side_boundary=lambda z: np.full(a.shape[1], 10.0), geometry=geometry, offset_xyz=(0, 0, 0))
+    out, report = components.rule(a.copy(), ctx, ComponentsParams())
+    np.testing.assert_array_equal(out, a)
+    assert report.warnings == ()
+
+
 def test_tiny_lung_is_removed_with_a_warning() -> None:
     a = np.zeros((20, 30, 40), np.uint8)
     a[3:17, 5:25, 3:17] = 1

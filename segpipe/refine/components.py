@@ -11,8 +11,9 @@ mostly (``min_support``) in the coarse stage's lung of that side is kept too. A 
 that touches the other lung's kept component joins that lung (the network mislabelled it),
 other pieces become background;
 then fill what the lung encloses in each axial slice (every 3D cavity too). A lung smaller than
-``min_ml`` after this is removed. Last, labels 1 and 2 are swapped when their centroids lie on
-the wrong sides (physical LPS x), with a warning.
+``min_ml`` after this is removed. The sides are the ``sides`` step's (per row, from the coarse
+stage's sided lungs); :func:`clean_lungs` on a label map of unknown origin also swaps labels 1
+and 2 when their centroids lie on the wrong sides (physical LPS x), with a warning.
 """
 
 from __future__ import annotations
@@ -192,6 +193,7 @@ def clean_lungs_array(
     support: Support | None = None,
     min_support: float = 0.5,
     found_sides: Collection[int] | None = None,
+    swap: bool = True,
 ) -> tuple[list[str], tuple[int, int]]:
     """:func:`clean_lungs` in place on a ``(z, y, x)`` uint8 array that is the part of
     ``reference``'s grid starting at index ``offset_xyz`` (the whole grid by default; the
@@ -199,8 +201,11 @@ def clean_lungs_array(
     (the coarse stage's sided lungs over a block of ``array``) each lung keeps the pieces
     :func:`lung_pieces` keeps, else its largest. With ``found_sides`` (the sides of which the
     coarse stage found a lung) a lung of another side keeps nothing: its pieces that touch the
-    other lung join it (the side boundary cut them off), the rest goes. Returns the warnings
-    and the lung voxels (added, removed)."""
+    other lung join it (the side boundary cut them off), the rest goes. With ``swap`` off the
+    labels are never swapped (:func:`check_sides`): the cascade's ``sides`` step has already
+    set them from the coarse stage's sides, and in a field of view that cuts the body a small
+    piece of one lung can lie beyond the other lung's centroid. Returns the warnings and the
+    lung voxels (added, removed)."""
     # work inside the lungs' bounding box (plus one voxel): a fraction of a large scan
     box = bounding_box(array, pad=1)
     if box is None:
@@ -255,7 +260,7 @@ def clean_lungs_array(
     removed = int(before) - (int(np.count_nonzero(out)) - added)
     sub[...] = out
     start = tuple(int(o) + int(s.start) for o, s in zip(offset_xyz, reversed(box)))
-    swapped = _sides_swapped(sub, reference, start)  # type: ignore[arg-type]
+    swapped = _sides_swapped(sub, reference, start) if swap else []  # type: ignore[arg-type]
     if swapped:
         _swap_sides(sub)
     return warnings + swapped, (added, removed)
@@ -265,5 +270,5 @@ def rule(mask: np.ndarray, ctx: ScanContext, p: ComponentsParams) -> tuple[np.nd
     """Clean the sided label array ``mask`` (scan grid, in place)."""
     warnings, (added, removed) = clean_lungs_array(mask, ctx.geometry, offset_xyz=ctx.offset_xyz,  # type: ignore[arg-type]
                                                    min_volume_ml=p.min_ml, support=ctx.lung_support, min_support=p.min_support,
-                                                   found_sides=ctx.found_sides)
+                                                   found_sides=ctx.found_sides, swap=False)
     return mask, RuleReport.of("components", ctx, added=added, removed=removed, warnings=warnings)
