@@ -274,11 +274,13 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     # cuts (a recess cut into pieces)
     voxel_ml = spatial.voxel_volume_ml(coarse_img)
     midline_x = body_midline_x(hu, s.rules.body.hu)
-    found = confident_parts(lung & skin_slack(body), confident, voxel_ml, s.min_lung_ml,
-                            air=hu < s.rules.body.air_hu, air_share=s.rules.body.air_share,
+    air = hu < s.rules.body.air_hu
+    slack = skin_slack(body)
+    found = confident_parts(lung & slack, confident, voxel_ml, s.min_lung_ml, air=air, air_share=s.rules.body.air_share,
                             side_of=lambda piece: piece_side(piece, midline_x, left_vote), inside=body, edge=edge)
+    outside = air & ~slack if edge is None else air & ~slack & ~edge  # the air beyond the skin, not the scanner's padding
     sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote,
-                        view_side=body_cut_side(body, edge))
+                        view_side=body_cut_side(body, edge), outside=outside)
     sides = join_cut_pieces(found, sides, midline_x, left_vote)
     for value in (1, 2):
         side = sides == value
