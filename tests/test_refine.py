@@ -247,30 +247,32 @@ def test_a_lone_lung_beside_the_air_outside_one_flank_is_that_sides_lung() -> No
     beyond the right flank shows in the lung's rows at its low-x side only. Where the vote
     halves the lung (a position the network reads, not anatomy) and the view's middle puts it
     on the left, or the vote is unsure (0.57 left), it is the right lung; with the air on both
-    flanks (the body's width in view) or on neither, the flank shows no side."""
+    flanks (the body's width in view), on neither, or beyond the reach (the chest wall's width
+    at most), the flank shows no side."""
     from segpipe.refine.sides import flank_side
 
     lung = np.zeros((20, 30, 40), bool)
     lung[3:17, 5:25, 16:36] = True  # the right lung, at the view's high-x side
     outside = np.zeros_like(lung)
     outside[:, :, 0:4] = True  # the air beyond the right flank's skin (x 4-15: the chest wall)
-    assert flank_side(lung, outside) == 1 and flank_side(lung[:, :, ::-1], outside[:, :, ::-1]) == 2
+    assert flank_side(lung, outside, 14) == 1 and flank_side(lung[:, :, ::-1], outside[:, :, ::-1], 14) == 2
     both = outside.copy()
     both[:, :, 38:] = True
-    assert flank_side(lung, both) == 0 and flank_side(lung, np.zeros_like(lung)) == 0
+    assert flank_side(lung, both, 14) == 0 and flank_side(lung, np.zeros_like(lung), 14) == 0
+    assert flank_side(lung, outside, 12) == 0  # the air lies 13-16 voxels below the lung: beyond a reach of 12
     rows = outside.copy()
     rows[:, 5:23] = False  # outside air beside 2 of its 20 rows per slice: a tenth
-    assert flank_side(lung, rows) == 1
+    assert flank_side(lung, rows, 14) == 1
     rows[:, 5:24] = False
-    assert flank_side(lung, rows) == 0
+    assert flank_side(lung, rows, 14) == 0
     halves = np.broadcast_to(np.arange(40) >= 26, lung.shape)  # the vote halves it at its middle column
     assert set(np.unique(split_sides(lung, midline_x=14.5, left_vote=halves)[lung]).tolist()) == {2}  # the view's middle
-    assert (split_sides(lung, midline_x=14.5, left_vote=halves, outside=outside)[lung] == 1).all()
+    assert (split_sides(lung, midline_x=14.5, left_vote=halves, outside=outside, flank_reach=14)[lung] == 1).all()
     unsure = np.broadcast_to(np.arange(20)[:, None, None] >= 9, lung.shape) & lung  # 0.57 left, not by halves
     assert 0.5 < unsure[lung].mean() < 0.75
     assert (split_sides(lung, midline_x=14.5, left_vote=unsure, view_side=3)[lung] == 2).all()  # the majority
-    assert (split_sides(lung, midline_x=14.5, left_vote=unsure, view_side=3, outside=outside)[lung] == 1).all()
-    assert (split_sides(lung, midline_x=14.5, left_vote=unsure, view_side=3, outside=both)[lung] == 2).all()
+    assert (split_sides(lung, midline_x=14.5, left_vote=unsure, view_side=3, outside=outside, flank_reach=14)[lung] == 1).all()
+    assert (split_sides(lung, midline_x=14.5, left_vote=unsure, view_side=3, outside=both, flank_reach=14)[lung] == 2).all()
 
 
 def test_a_collapsed_lung_beside_a_whole_one_is_kept() -> None:

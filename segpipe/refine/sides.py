@@ -65,23 +65,24 @@ def _halves_agree(halves: np.ndarray, left_vote: np.ndarray) -> bool:
     return bool(right.any() and left.any() and left_vote[right].mean() < 0.5 < left_vote[left].mean())
 
 
-FLANK_SHARE = 0.1  # a lung shows a flank where this share of its rows have outside air beyond it on that side
+FLANK_SHARE = 0.1  # a lung shows a flank where this share of its rows have outside air beside it on that side
+FLANK_REACH_MM = 80.0  # beside: within this distance of the lung (the chest wall; the mediastinum and the other lung are wider)
 
 
-def flank_side(lung: np.ndarray, outside: np.ndarray, share: float = FLANK_SHARE) -> int:
+def flank_side(lung: np.ndarray, outside: np.ndarray, reach: int, share: float = FLANK_SHARE) -> int:
     """The patient's side whose flank a field of view shows beside ``lung`` (boolean
     ``(z, y, x)``, canonical LPS): 1 (right) where ``share`` of the lung's ``(z, y)`` rows hold
-    ``outside`` air (beyond the skin) at lower x than the lung and at least twice as many rows
-    as at higher x; 2 the other way round; 0 otherwise. A lung has the chest wall and then the
-    air outside the body on its own side only: the other lung and the mediastinum lie on the
-    other."""
+    ``outside`` air (beyond the skin) within ``reach`` voxels below the lung's lowest x, and at
+    least twice as many rows as above its highest x; 2 the other way round; 0 otherwise. A
+    lung has the chest wall and then the air outside the body on its own side; on the other
+    lie the mediastinum and the other lung, wider than ``reach``."""
     nx = lung.shape[2]
     xs = np.arange(nx)
     rows = lung.any(axis=2)
-    first = np.where(lung, xs, nx).min(axis=2)
-    last = np.where(lung, xs, -1).max(axis=2)
-    low = int(np.count_nonzero((outside & (xs < first[..., None])).any(axis=2) & rows))
-    high = int(np.count_nonzero((outside & (xs > last[..., None])).any(axis=2) & rows))
+    first = np.where(lung, xs, nx).min(axis=2)[..., None]
+    last = np.where(lung, xs, -1).max(axis=2)[..., None]
+    low = int(np.count_nonzero((outside & (xs < first) & (xs >= first - reach)).any(axis=2) & rows))
+    high = int(np.count_nonzero((outside & (xs > last) & (xs <= last + reach)).any(axis=2) & rows))
     needed = share * np.count_nonzero(rows)
     return 1 if low >= max(2 * high, needed) and low else 2 if high >= max(2 * low, needed) and high else 0
 
@@ -100,7 +101,8 @@ def piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int
 
 
 def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None,
-                left_vote: np.ndarray | None = None, view_side: int = 0, outside: np.ndarray | None = None) -> np.ndarray:
+                left_vote: np.ndarray | None = None, view_side: int = 0, outside: np.ndarray | None = None,
+                flank_reach: int = 20) -> np.ndarray:
     """Label a lung mask by side from geometry: 1 right, 2 left.
 
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
@@ -118,8 +120,8 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     than the right), a single component is split only where the vote confirms it (each half
     mostly its own side); otherwise :func:`_one_lung_side` may make it one lung: a field of view
     over one lung shows no midline (the body's middle is the view's middle), while the network
-    sees the heart, the spine and the liver, the air ``outside`` the body (boolean) beyond the
-    lung on one side shows that side's flank (:func:`flank_side`), and a view that cuts the body
+    sees the heart, the spine and the liver, the air ``outside`` the body (boolean) within
+    ``flank_reach`` voxels of the lung on one side shows that side's flank (:func:`flank_side`), and a view that cuts the body
     at one side (``view_side``: :func:`segpipe.refine.body_cut_side`) shows that side. A second component
     that the vote puts on the other side (three quarters of each) counts as the other lung, as
     across the midline. With ``midline_x`` as well, two largest components that both lie on
@@ -155,7 +157,8 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     else:
         assert halves is not None  # one find: big is [order[0]]
         single = labels == big[0]
-        side = _one_lung_side(single, halves, midline_x, left_vote, view_side, outside)
+        flank = flank_side(single, outside, flank_reach) if outside is not None else 0
+        side = _one_lung_side(single, halves, midline_x, left_vote, view_side, flank)
         out = halves if not side else np.where(single, np.uint8(side), np.uint8(0))
     return out
 
@@ -180,18 +183,17 @@ def _opposite(a: np.ndarray, b: np.ndarray, midline_x: float | None, left_vote: 
 
 
 def _one_lung_side(single: np.ndarray, halves: np.ndarray, midline_x: float | None, left_vote: np.ndarray | None,
-                   view_side: int, outside: np.ndarray | None = None) -> int:
+                   view_side: int, flank: int = 0) -> int:
     """The side of ``single`` where it is one lung, 0 where it is two (split into ``halves``).
 
     Where the network's vote does not confirm the halves: the side :data:`CLEAR_VOTE` of it
-    votes for, else the flank beside it (:func:`flank_side` of the air ``outside`` the body),
+    votes for, else the side whose ``flank`` shows beside it (:func:`flank_side`; 0: none),
     else ``view_side`` (1 or 2), else, in a view that cuts both sides (3), the vote's majority.
     Otherwise (or without a vote) it is one lung where one side of ``midline_x`` holds nine
     tenths of it: of the side whose flank shows beside it, else of that side (in a view that
     cuts the body, its middle is the view's); 0 where none decides."""
     if left_vote is not None and not _halves_agree(halves, left_vote):
-        side = (_vote_side(single, left_vote) or (flank_side(single, outside) if outside is not None else 0)
-                or (view_side if view_side in (1, 2) else 0))
+        side = _vote_side(single, left_vote) or flank or (view_side if view_side in (1, 2) else 0)
         if not side and view_side == 3:
             side = _vote_side(single, left_vote, 0.5)
         if side:
@@ -199,7 +201,7 @@ def _one_lung_side(single: np.ndarray, halves: np.ndarray, midline_x: float | No
     if midline_x is not None:
         left_share = _left_share(single, midline_x)
         if left_share < 0.1 or left_share > 0.9:
-            return (flank_side(single, outside) if outside is not None else 0) or (2 if left_share > 0.5 else 1)
+            return flank or (2 if left_share > 0.5 else 1)
     return 0
 
 
