@@ -275,6 +275,32 @@ def test_a_lone_lung_beside_the_air_outside_one_flank_is_that_sides_lung() -> No
     assert (split_sides(lung, midline_x=14.5, left_vote=unsure, view_side=3, outside=both, flank_reach=14)[lung] == 2).all()
 
 
+def test_two_finds_beside_one_flank_are_pieces_of_that_sides_lung() -> None:
+    """A view of the right chest in which the coarse stage finds the right lung in two pieces
+    (front and back, the larger one at higher x): by their mean x the smaller would be the
+    right lung and the larger the left one. The air beyond the right flank lies beside both:
+    both are the right lung, unless the vote clearly puts one of them on the left. Two lungs
+    with the body's width in view show no common flank and keep their sides."""
+    front = np.zeros((20, 30, 40), bool)
+    front[3:17, 3:12, 12:24] = True
+    back = np.zeros_like(front)
+    back[3:17, 14:27, 16:36] = True
+    assert np.nonzero(front)[2].mean() < np.nonzero(back)[2].mean() and back.sum() > front.sum()
+    outside = np.zeros_like(front)
+    outside[:, :, 0:4] = True
+    vote = np.zeros(front.shape, bool)
+    vote[3:17, 14:27, 28:36] = True  # a third of the back piece votes left: unsure
+    by_x = split_sides(front | back, left_vote=vote)
+    assert (by_x[front] == 1).all() and (by_x[back] == 2).all()
+    sides = split_sides(front | back, left_vote=vote, outside=outside, flank_reach=14)
+    assert (sides[front | back] == 1).all()
+    vote[3:17, 14:27, 16:36] = True  # the back piece clearly left by the vote: the vote stands
+    assert (split_sides(front | back, left_vote=vote, outside=outside, flank_reach=14)[back] == 2).all()
+    both = outside.copy()
+    both[:, :, 38:] = True
+    assert np.array_equal(split_sides(_lungs() > 0, outside=both, flank_reach=14), _lungs())
+
+
 def test_a_collapsed_lung_beside_a_whole_one_is_kept() -> None:
     """A right lung of 8% of the left one (below min_fraction): with the midline it is the
     right lung (the two lie on opposite sides); a piece that straddles the midline, or a

@@ -127,7 +127,9 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     across the midline. With ``midline_x`` as well, two largest components that both lie on
     one side of the midline and are that side by the vote are pieces of one lung (a lung the
     scan's edge cuts into pieces: the costophrenic recess at the top of an abdominal scan); the
-    other lung is then the largest remaining component on the other side by both.
+    other lung is then the largest remaining component on the other side by both. Two largest
+    components beside which the same flank shows (and that the vote does not clearly put on the
+    other side) are pieces of that side's lung too: a lung the field of view cuts in two.
     """
     labels, n = label(lungs)
     out = np.zeros(lungs.shape, np.uint8)
@@ -149,6 +151,11 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
             if other is not None:
                 out[labels == other] = 3 - side
             return out
+    if len(big) >= 2 and outside is not None:
+        side = _one_flank(labels == big[0], labels == big[1], outside, flank_reach, left_vote)
+        if side:  # two pieces of one lung: two lungs never both have the chest wall of one side beside them
+            out[(labels == big[0]) | (labels == big[1])] = side
+            return out
     if len(big) >= 2:
         a, b = big[0], big[1]
         right, left = (a, b) if np.nonzero(labels == a)[2].mean() < np.nonzero(labels == b)[2].mean() else (b, a)
@@ -161,6 +168,17 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         side = _one_lung_side(single, halves, midline_x, left_vote, view_side, flank)
         out = halves if not side else np.where(single, np.uint8(side), np.uint8(0))
     return out
+
+
+def _one_flank(a: np.ndarray, b: np.ndarray, outside: np.ndarray, reach: int, left_vote: np.ndarray | None) -> int:
+    """The side whose flank shows beside both ``a`` and ``b`` (:func:`flank_side`) where neither
+    is clearly the other side by ``left_vote``; 0 otherwise."""
+    side = flank_side(a, outside, reach)
+    if not side or flank_side(b, outside, reach) != side:
+        return 0
+    if left_vote is not None and 3 - side in (_vote_side(a, left_vote), _vote_side(b, left_vote)):
+        return 0
+    return side
 
 
 def _opposite(a: np.ndarray, b: np.ndarray, midline_x: float | None, left_vote: np.ndarray | None, *,
