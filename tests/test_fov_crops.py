@@ -76,3 +76,13 @@ def test_summary_counts_the_lost_lungs_that_went_to_the_other_side() -> None:
     s = summary(rows)
     assert s["lost_50ml"] == 3
     assert s["lost_to_other_side_50ml"] == 2
+
+
+def test_coarse_sides_summary_counts_lost_lungs_and_those_named_by_the_other_side() -> None:
+    from coarse_sides import summary
+
+    rows = [{"found": 0.8, "other": 0.0}, {"found": 0.05, "other": 0.9}, {"found": 0.0, "other": 0.2}, {"found": 0.1, "other": 0.0}]
+    s = summary(rows)
+    assert s["lungs"] == 4 and s["lost"] == 2 and s["lost_to_other_side"] == 1  # 0.1 found is not lost
+    assert s["found"] == pytest.approx(0.2375) and s["other"] == pytest.approx(0.275)
+    assert summary([]) == {"lungs": 0, "found": None, "other": None, "lost": 0, "lost_to_other_side": 0}
