@@ -66,7 +66,7 @@ def _halves_agree(halves: np.ndarray, left_vote: np.ndarray) -> bool:
 
 
 FLANK_SHARE = 0.1  # a lung shows a flank where this share of its rows have outside air beside it on that side
-FLANK_REACH_MM = 80.0  # beside: within this distance of the lung (the chest wall; the mediastinum and the other lung are wider)
+FLANK_REACH_MM = 80.0  # beside: within this distance (the chest wall; the mediastinum and the other lung are wider)
 
 
 def flank_side(lung: np.ndarray, outside: np.ndarray, reach: int, share: float = FLANK_SHARE) -> int:
@@ -121,10 +121,11 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     mostly its own side); otherwise :func:`_one_lung_side` may make it one lung: a field of view
     over one lung shows no midline (the body's middle is the view's middle), while the network
     sees the heart, the spine and the liver, the air ``outside`` the body (boolean) within
-    ``flank_reach`` voxels of the lung on one side shows that side's flank (:func:`flank_side`), and a view that cuts the body
-    at one side (``view_side``: :func:`segpipe.refine.body_cut_side`) shows that side. A second component
-    that the vote puts on the other side (three quarters of each) counts as the other lung, as
-    across the midline. With ``midline_x`` as well, two largest components that both lie on
+    ``flank_reach`` voxels of the lung on one side shows that side's flank (:func:`flank_side`),
+    and a view that cuts the body at one side (``view_side``:
+    :func:`segpipe.refine.body_cut_side`) shows that side. A second component that the vote
+    puts on the other side (three quarters of each) counts as the other lung, as across the
+    midline. With ``midline_x`` as well, two largest components that both lie on
     one side of the midline and are that side by the vote are pieces of one lung (a lung the
     scan's edge cuts into pieces: the costophrenic recess at the top of an abdominal scan); the
     other lung is then the largest remaining component on the other side by both. Two largest
