@@ -275,6 +275,41 @@ def test_a_lone_lung_beside_the_air_outside_one_flank_is_that_sides_lung() -> No
     assert (split_sides(lung, midline_x=14.5, left_vote=unsure, view_side=3, outside=both, flank_reach=14)[lung] == 2).all()
 
 
+def test_a_find_of_two_lungs_joined_at_a_junction_line_is_split_by_the_vote() -> None:
+    """A window over the right lung and the edge of the left one: the coarse stage finds both
+    as one piece, joined in front of the heart. The vote parts them (the left piece a tenth
+    of the find, so by the vote's share the find is one right lung), the two touch only at
+    the junction line, and the tissue between them is the mediastinum: two lungs, each voxel
+    with the nearer piece. Where aerated lung lies between the two (a lobe beyond a fissure
+    that the network voted the other side, unsure between them), a part is under
+    ``min_lung``, or the vote's "left" lies at lower x, it stays one lung; so does a lone lung
+    that the vote halves (it touches across its whole section)."""
+    from segpipe.refine.sides import joined_lungs
+
+    right = np.zeros((20, 30, 40), bool)
+    right[3:17, 5:25, 2:30] = True
+    left = np.zeros_like(right)
+    left[3:17, 5:25, 35:40] = True  # at the view's high-x edge
+    junction = np.zeros_like(right)
+    junction[3:17, 5:7, 30:35] = True  # two rows thick, in front
+    find = right | left | junction
+    vote = np.broadcast_to(np.arange(40) >= 33, find.shape)
+    assert vote[find].mean() < 0.25  # one right lung by the vote's share alone
+    tissue = np.zeros_like(find)  # the mediastinum between them: not aerated
+    assert (split_sides(find, left_vote=vote, view_side=3)[find] == 1).all()  # without the scan's density: one lung
+    assert (split_sides(find, left_vote=vote, view_side=3, aerated=tissue, min_lung=2000)[find] == 1).all()  # too small
+    sides = split_sides(find, left_vote=vote, view_side=3, aerated=tissue, min_lung=500)
+    assert (sides[right] == 1).all() and (sides[left] == 2).all()
+    assert (sides[3:17, 5:7, 30:33] == 1).all() and (sides[3:17, 5:7, 33:35] == 2).all()
+    lobe = ~find  # aerated lung between the parts: one lung the network was unsure about
+    assert joined_lungs(find, vote, lobe, 500) is None
+    assert (split_sides(find, left_vote=vote, view_side=3, aerated=lobe, min_lung=500)[find] == 1).all()
+    assert joined_lungs(find, ~vote & find, tissue, 500) is None  # the vote's "left" at lower x: not two lungs
+    solid = np.zeros_like(right)
+    solid[3:17, 5:25, 10:34] = True
+    assert joined_lungs(solid, np.broadcast_to(np.arange(40) >= 22, solid.shape), tissue, 500) is None
+
+
 def test_two_finds_beside_one_flank_are_pieces_of_that_sides_lung() -> None:
     """A view of the right chest in which the coarse stage finds the right lung in two pieces
     (front and back, the larger one at higher x): by their mean x the smaller would be the

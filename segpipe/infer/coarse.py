@@ -35,7 +35,7 @@ from segpipe.refine import (
 )
 from segpipe.refine._util import FULL, component_sizes, label, on_faces
 from segpipe.refine.body import BodyParams
-from segpipe.refine.sides import FLANK_REACH_MM
+from segpipe.refine.sides import AERATED_HU, FLANK_REACH_MM
 
 __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
@@ -282,7 +282,8 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     outside = air & ~slack if edge is None else air & ~slack & ~edge  # the air beyond the skin, not the scanner's padding
     sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote,
                         view_side=body_cut_side(body, edge), outside=outside,
-                        flank_reach=int(round(FLANK_REACH_MM / coarse_img.GetSpacing()[0])))
+                        flank_reach=int(round(FLANK_REACH_MM / coarse_img.GetSpacing()[0])),
+                        aerated=hu < AERATED_HU, min_lung=int(round(s.min_lung_ml / voxel_ml)))
     sides = join_cut_pieces(found, sides, midline_x, left_vote)
     for value in (1, 2):
         side = sides == value

@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import ndimage
 
 from segpipe.refine._util import component_sizes, label, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
 
-__all__ = ["SidesParams", "split_sides", "piece_side", "flank_side", "join_cut_pieces", "side_boundary", "rule"]
+__all__ = ["SidesParams", "split_sides", "piece_side", "flank_side", "joined_lungs", "join_cut_pieces", "side_boundary",
+           "rule"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,54 @@ def flank_side(lung: np.ndarray, outside: np.ndarray, reach: int, share: float =
     return 1 if low >= max(2 * high, needed) and low else 2 if high >= max(2 * low, needed) and high else 0
 
 
+JOINED_CONTACT = 0.3  # two lungs in one find touch over less than this share of the smaller's largest sagittal section
+JOINED_GAP = 3  # coarse voxels: the gap between two parts of a find is where they come this close outside it
+JOINED_AERATED = 0.5  # two lungs: less than this share of the gap is aerated (the mediastinum lies between them)
+AERATED_HU = -700.0  # aerated lung on the coarse grid; the mediastinum and the pleura are denser
+
+
+def _largest(mask: np.ndarray) -> np.ndarray:
+    """The largest connected component of a boolean mask (:func:`label`'s connectivity; all
+    False where the mask is empty)."""
+    labels, n = label(mask)
+    if n == 0:
+        return mask & False
+    sizes = component_sizes(labels, n)
+    sizes[0] = 0
+    return labels == int(np.argmax(sizes))
+
+
+def joined_lungs(single: np.ndarray, left_vote: np.ndarray, aerated: np.ndarray, min_lung: int) -> np.ndarray | None:
+    """``single`` (one find, boolean ``(z, y, x)``, canonical LPS) as two lungs that touch
+    at a junction line: 1 right, 2 left; None where it is not. A field of view over one lung
+    and the edge of the other, across the mediastinum, can show the two joined in front or
+    behind (on the 4 mm grid, where emphysematous lungs meet). The network's vote parts them
+    (every voxel of ``single`` goes to the nearer of the largest piece of each side's vote):
+    the smaller part holds ``min_lung`` voxels or more, the right one lies at lower x, the two
+    touch over less than :data:`JOINED_CONTACT` of the smaller part's largest sagittal (y-z)
+    section, and where they come within :data:`JOINED_GAP` voxels of each other outside the
+    find, less than :data:`JOINED_AERATED` of that gap is ``aerated`` (boolean: lung density).
+    One lung whose vote the view splits touches across its whole section, or, where the
+    network was unsure between the two parts, lies apart from itself across aerated lung
+    (a lobe beyond a fissure); two lungs lie apart across the mediastinum."""
+    left, right = _largest(single & left_vote), _largest(single & ~left_vote)
+    if not left.any() or not right.any() or np.nonzero(right)[2].mean() >= np.nonzero(left)[2].mean():
+        return None
+    nearer_left = ndimage.distance_transform_edt(~left) < ndimage.distance_transform_edt(~right)
+    a, b = single & nearer_left, single & ~nearer_left
+    small = a if np.count_nonzero(a) < np.count_nonzero(b) else b
+    if np.count_nonzero(small) < max(min_lung, 1):
+        return None
+    contact = sum(int(np.count_nonzero(np.moveaxis(a, ax, 0)[1:] & np.moveaxis(b, ax, 0)[:-1])
+                      + np.count_nonzero(np.moveaxis(a, ax, 0)[:-1] & np.moveaxis(b, ax, 0)[1:])) for ax in range(3))
+    if contact >= JOINED_CONTACT * small.sum(axis=(0, 1)).max():
+        return None
+    gap = ~single & (ndimage.distance_transform_edt(~a) <= JOINED_GAP) & (ndimage.distance_transform_edt(~b) <= JOINED_GAP)
+    if gap.any() and aerated[gap].mean() >= JOINED_AERATED:
+        return None
+    return np.where(single, np.where(nearer_left, np.uint8(2), np.uint8(1)), np.uint8(0))
+
+
 def _left_share(mask: np.ndarray, midline_x: float) -> float:
     """Share of a ``(z, y, x)`` mask's voxels on the patient's left of ``midline_x`` (x index)."""
     counts = mask.sum(axis=(0, 1))
@@ -102,7 +152,7 @@ def piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int
 
 def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None,
                 left_vote: np.ndarray | None = None, view_side: int = 0, outside: np.ndarray | None = None,
-                flank_reach: int = 20) -> np.ndarray:
+                flank_reach: int = 20, aerated: np.ndarray | None = None, min_lung: int = 781) -> np.ndarray:
     """Label a lung mask by side from geometry: 1 right, 2 left.
 
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
@@ -131,6 +181,10 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     other lung is then the largest remaining component on the other side by both. Two largest
     components beside which the same flank shows (and that the vote does not clearly put on the
     other side) are pieces of that side's lung too: a lung the field of view cuts in two.
+    With ``aerated`` (boolean, lung density), a single component that would be one lung is
+    still two where the vote parts it into two lungs of ``min_lung`` voxels or more (default:
+    50 mL at 4 mm) that touch only at a junction line, the mediastinum between them
+    (:func:`joined_lungs`).
     """
     labels, n = label(lungs)
     out = np.zeros(lungs.shape, np.uint8)
@@ -167,7 +221,8 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         single = labels == big[0]
         flank = flank_side(single, outside, flank_reach) if outside is not None else 0
         side = _one_lung_side(single, halves, midline_x, left_vote, view_side, flank)
-        out = halves if not side else np.where(single, np.uint8(side), np.uint8(0))
+        joined = joined_lungs(single, left_vote, aerated, min_lung) if side and left_vote is not None and aerated is not None else None
+        out = halves if not side else joined if joined is not None else np.where(single, np.uint8(side), np.uint8(0))
     return out
 
 
