@@ -221,8 +221,10 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         single = labels == big[0]
         flank = flank_side(single, outside, flank_reach) if outside is not None else 0
         side = _one_lung_side(single, halves, midline_x, left_vote, view_side, flank)
-        joined = joined_lungs(single, left_vote, aerated, min_lung) if side and left_vote is not None and aerated is not None else None
-        out = halves if not side else joined if joined is not None else np.where(single, np.uint8(side), np.uint8(0))
+        if not side:
+            return halves
+        joined = joined_lungs(single, left_vote, aerated, min_lung) if left_vote is not None and aerated is not None else None
+        out = joined if joined is not None else np.where(single, np.uint8(side), np.uint8(0))
     return out
 
 
