@@ -18,7 +18,8 @@ figure is the median of ``--repeats`` runs. Results of earlier runs can be reuse
 ``--infer-json`` / ``--memory-json`` (files written by the two scripts' ``--json``).
 ``--e2e-json`` adds the end-to-end section (``benchmarks/e2e_bench.py --json``: the command
 against a plain MONAI pipeline, a folder against separate calls) and ``--gpu-json`` the GPU
-check (``benchmarks/gpu_check.py --json``, run on a CUDA machine).
+check (``benchmarks/gpu_check.py --json``, run on a CUDA machine; by default the last one,
+``docs/gpu_check.json``, when present).
 
 ``--quick`` makes everything small, to check the report end to end in a few minutes: the
 128 x 128 x 96 test scan only, one run, one memory size (64^3).
@@ -44,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_OUT = REPO / "docs" / "BENCHMARKS.md"
 DEFAULT_EVAL = REPO / "docs" / "eval_default_model.json"
+DEFAULT_GPU = REPO / "docs" / "gpu_check.json"  # the last benchmarks/gpu_check.py --json from a CUDA machine
 FULL_SIZES = ["small", "chest", "neck_pelvis"]
 QUICK_SIZES = ["tiny"]
 FULL_MEMORY_SIZES = [96, 128]
@@ -605,7 +607,10 @@ def _parser() -> argparse.ArgumentParser:
         "--memory-json", type=Path, default=None, help="reuse this memory_bench.py --json output instead of running it"
     )
     parser.add_argument("--e2e-json", type=Path, default=None, help="add the end-to-end section from this e2e_bench.py --json output")
-    parser.add_argument("--gpu-json", type=Path, default=None, help="add the GPU section from this gpu_check.py --json output")
+    parser.add_argument(
+        "--gpu-json", type=Path, default=None,
+        help=f"add the GPU section from this gpu_check.py --json output (default {DEFAULT_GPU.relative_to(REPO)} when present)",
+    )
     parser.add_argument("--skip-infer", action="store_true", help="leave the inference section out")
     parser.add_argument("--skip-memory", action="store_true", help="leave the training-memory section out")
     return parser
@@ -625,6 +630,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"no bundled model at {ib.DEFAULT_MODEL}; pass --model FILE (a model written by 'segpipe train')"
             )
         args.model = ib.DEFAULT_MODEL
+    if args.gpu_json is None and DEFAULT_GPU.is_file():  # a GPU check cannot be rerun on a CPU machine: keep the last one
+        args.gpu_json = DEFAULT_GPU
     for name in ("model", "infer_json", "memory_json", "e2e_json", "gpu_json"):
         p = getattr(args, name)
         if p is not None and not p.is_file():

@@ -3,6 +3,7 @@ verdicts, tables and the markdown section (no GPU needed)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -216,3 +217,14 @@ def test_report_places_the_gpu_and_end_to_end_sections(result: dict) -> None:
     assert "| plain single-stage MONAI pipeline | 20.43 | 3,161 |" in lines
     assert "| ratio (targets <= 0.35x, <= 0.3x) | 0.29x | 0.26x |" in lines
     assert "| one call for the folder | 5.05 | 1,251 |" in lines and "| ratio (targets <= 0.6x, <= 1.5x) | 0.68x | 1.14x |" in lines
+
+
+def test_recorded_gpu_run_is_the_section_in_benchmarks_md() -> None:
+    """docs/gpu_check.json (the last run on a CUDA machine) and docs/BENCHMARKS.md agree: the
+    section is what the script renders from that file, so neither is edited by hand."""
+    docs = SCRIPT.parents[1] / "docs"
+    result = json.loads((docs / "gpu_check.json").read_text())
+    section = gc.markdown_section(result)
+    assert section.startswith(f"## GPU check: {result['meta']['gpu']['name']}")
+    assert section in (docs / "BENCHMARKS.md").read_text()
+    assert result["exit_code"] == gc.exit_code(result["checks"])
