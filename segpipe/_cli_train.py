@@ -57,6 +57,8 @@ def add_synth(sub: argparse._SubParsersAction) -> None:
                    help="probability of a thick foam mattress (25-70 mm, -900..-600 HU) under the patient (default 0)")
     p.add_argument("--preview", nargs="?", const=True, default=False, metavar="PNG",
                    help="QC pictures: without a value one PNG per case in OUT/preview/; with PNG, the first case there")
+    p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                   help="cases made at once, in N processes (default 1); the cases are the same either way")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     def one_line_error(message: str) -> None:  # bad options: one line, exit code 2
@@ -92,7 +94,8 @@ def add_synth(sub: argparse._SubParsersAction) -> None:
                 raise ConfigError(f"--pathology: expected names from {', '.join(pathologies)}, 'none' or 'random', got {unknown[0]!r}")
             options.update({name: float(name in wanted) for name in pathologies})
         start = time.perf_counter()
-        path = write_dataset(args.out, args.n, args.seed, preview=args.preview, progress=not args.quiet, **options)
+        path = write_dataset(args.out, args.n, args.seed, preview=args.preview, progress=not args.quiet,
+                             workers=args.workers, **options)
         print(f"wrote {args.n} case(s) to {Path(args.out)} ({path.name}) in {time.perf_counter() - start:.1f} s")
         return 0
 

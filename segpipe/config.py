@@ -162,7 +162,11 @@ class AugmentConfig:
     (:func:`segpipe.train.data.cut_field_of_view`: a box, a slab or the scanner's circle, each
     side keeping a share drawn from ``fov_keep``); 0 turns it off. ``fov_fill``: what lies beyond
     a box or slab cut: ``"air"`` (-1024 HU) or ``"edge"`` (the kept part's edge repeated, as the
-    coarse stage's sliding window pads a scan smaller than a window); beyond a circle, air."""
+    coarse stage's sliding window pads a scan smaller than a window); beyond a circle, air.
+    ``fov_side``: share of those cuts that are side cuts where the patch holds both lungs
+    (:func:`segpipe.train.patches.cut_beside_lung`: a view that holds one lung and only a
+    medial strip of the other, a cardiac-centred crop or a field of view off the midline); 0
+    turns it off."""
 
     probability: float = 0.3
     mirror: bool = False
@@ -178,8 +182,11 @@ class AugmentConfig:
     fov_probability: float = 0.0
     fov_keep: tuple[float, float] = (0.35, 0.9)
     fov_fill: str = "air"
+    fov_side: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.fov_side <= 1.0:
+            raise ConfigError(f"augment.fov_side: expected 0..1, got {self.fov_side}")
         if self.fov_fill not in ("air", "edge"):
             raise ConfigError(f"augment.fov_fill: expected 'air' or 'edge', got {self.fov_fill!r}")
         if not 0.0 <= self.fov_probability <= 1.0:
@@ -371,6 +378,8 @@ class DataConfig:
     to a window or grows. ``fine_decoy_mm``: for each lung a training label lacks, the fine stage
     also trains on that side of the body in the scan's top this many mm (0: not): the bowel gas
     under the diaphragm that the coarse stage can send it to in a scan without that lung.
+    ``num_workers``: the data loader's worker processes, and as many (at least one) for checking
+    the cases and preprocessing them into the cache.
     """
 
     cache_dir: str | None = None

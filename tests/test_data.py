@@ -397,6 +397,72 @@ def test_cut_field_of_view_can_repeat_the_kept_parts_edge() -> None:
         AugmentConfig(fov_fill="noise")
 
 
+def test_cut_beside_lung_keeps_one_lung_and_a_medial_strip_of_the_other() -> None:
+    """A side cut keeps one lung whole and a strip of the other from its medial face (a share of
+    its width drawn from ``strip``), on either side; beyond the cut air or the repeated edge,
+    background labels; None where the patch does not hold both lungs side by side."""
+    from segpipe.config import AugmentConfig
+    from segpipe.train.patches import cut_beside_lung
+
+    lbl = np.zeros((4, 10, 60), np.uint8)
+    lbl[:, 2:8, 5:25] = 1  # the right lung at low x, 20 columns
+    lbl[:, 2:8, 35:55] = 2  # the left at high x, 20 columns
+    img = np.where(lbl > 0, -850.0, 40.0).astype(np.float32)
+    whole = set()
+    for seed in range(20):
+        a, b = cut_beside_lung(img, lbl, np.random.default_rng(seed), strip=(0.1, 0.3))
+        columns = [np.flatnonzero((b == c).any(axis=(0, 1))) for c in (1, 2)]
+        kept = 1 if len(columns[0]) == 20 else 2
+        whole.add(kept)
+        strip = columns[2 - kept]
+        assert len(columns[kept - 1]) == 20 and 2 <= len(strip) <= 6  # 10-30 % of 20 columns
+        assert strip[0] == (35 if kept == 1 else 25 - len(strip))  # from the medial face
+        outside = b == 0
+        cut_x = (slice(strip[-1] + 1, None) if kept == 1 else slice(None, strip[0]))
+        assert (a[:, :, cut_x] == -1024.0).all() and outside[:, :, cut_x].all()
+        np.testing.assert_array_equal(a[~outside], img[~outside])
+    assert whole == {1, 2}
+    edges = 0
+    for seed in range(10):  # with fill="edge" the strip's outer column repeats beyond the cut
+        a, b = cut_beside_lung(img, lbl, np.random.default_rng(seed), fill="edge")
+        if (b == 1).sum() != (lbl == 1).sum():
+            continue  # the left lung kept whole this time
+        last = np.flatnonzero((b == 2).any(axis=(0, 1)))[-1]
+        np.testing.assert_array_equal(a[:, :, last + 1 :], np.repeat(img[:, :, last : last + 1], 59 - last, axis=2))
+        assert (b[:, :, last + 1 :] == 0).all()
+        edges += 1
+    assert edges
+    assert cut_beside_lung(img, np.where(lbl == 2, 0, lbl).astype(np.uint8), np.random.default_rng(0)) is None
+    assert AugmentConfig().fov_side == 0.0
+    with pytest.raises(ConfigError, match="fov_side"):
+        AugmentConfig(fov_side=1.5)
+
+
+def test_cache_and_checks_in_worker_processes_match_one_process(tmp_path: Path) -> None:
+    """``workers`` > 1 preprocesses and checks the cases in worker processes: the same cache
+    files and the same problems as one at a time."""
+    root = tmp_path / "msd"
+    _write_msd(root, n=3)
+    cases = data.discover(root)
+    kwargs = dict(coarse_spacing_mm=(4.0, 4.0, 4.0), fine_spacing_mm=(1.0, 1.0, 1.0), margin_mm=2.0)
+    one = data.build_cache(cases, tmp_path / "one", **kwargs)  # type: ignore[arg-type]
+    two = data.build_cache(cases, tmp_path / "two", workers=2, **kwargs)  # type: ignore[arg-type]
+    assert [c.name for c in two] == [c.name for c in one] == ["lung_000", "lung_001", "lung_002"]
+    for a, b in zip(one, two):
+        for va, vb in zip([a.coarse, *a.fine.values()], [b.coarse, *b.fine.values()]):
+            assert va.shape_zyx == vb.shape_zyx and va.spacing_xyz == vb.spacing_xyz
+            for x, y in zip(va.load(), vb.load()):
+                np.testing.assert_array_equal(x, y)
+    data.validate_cases(cases, workers=2)
+    image, label = _pair(1)
+    bad = sitk.GetArrayFromImage(label)
+    bad[0, 0, 0] = 9
+    io.write_image(spatial.copy_geometry(bad, label), root / "labelsTr" / "lung_001.nii.gz")
+    with pytest.raises(data.DatasetError) as info:
+        data.validate_cases(data.discover(root), workers=2)
+    assert len(info.value.problems) == 1 and info.value.problems[0].startswith("lung_001: label values [9]")
+
+
 def test_fov_augmentation_is_off_by_default_and_checked() -> None:
     from segpipe.config import AugmentConfig
 

@@ -266,6 +266,20 @@ def test_cli_writes_decathlon_layout(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert np.array_equal(a, b)
 
 
+def test_cli_workers_make_the_same_cases(tmp_path: Path) -> None:
+    """``--workers 2`` makes the cases in two processes: the same images, labels and records,
+    in case order."""
+    args = ["--n", "3", "--seed", "7", "--size", "40,36,24", "--coverage", "chest", "--quiet"]
+    assert main(["synth", "--out", str(tmp_path / "one"), *args]) == 0
+    assert main(["synth", "--out", str(tmp_path / "two"), "--workers", "2", *args]) == 0
+    one, two = (json.loads((tmp_path / d / "dataset.json").read_text()) for d in ("one", "two"))
+    assert one["training"] == two["training"] and one["segpipe_phantoms"] == two["segpipe_phantoms"]
+    for entry in one["training"]:
+        for key in ("image", "label"):
+            a, b = (sitk.GetArrayFromImage(sitk.ReadImage(str(tmp_path / d / entry[key]))) for d in ("one", "two"))
+            assert np.array_equal(a, b)
+
+
 def test_cli_whole_lobe_consolidation(tmp_path: Path) -> None:
     """``--whole-lobe 1`` with consolidation: the lobar consolidations fill their lobe (the
     dataset's case record says so) and the lung holds more dense tissue than without it."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ def write_dataset(
     progress: bool = True,
     prefix: str = "phantom",
     on_case: Callable[[int, Path, Path], None] | None = None,
+    workers: int = 1,
     **overrides: Any,
 ) -> Path:
     """Generate ``n`` phantoms and write them in the MSD layout.
@@ -65,6 +66,8 @@ def write_dataset(
         progress: Show a tqdm progress bar on stderr.
         prefix: Case name prefix (``phantom_000``...).
         on_case: Called as ``on_case(i, image_path, label_path)`` after each case is written.
+        workers: Cases made at once, in worker processes (1: one at a time, here); the
+            cases are the same either way.
         **overrides: :class:`~segpipe.synthetic.PhantomSpec` fields fixed for every case
             (e.g. ``size_xyz=(128, 128, 96)``, ``coverage="chest"``, ``nodules=1.0``), or
             ``coverage_weights`` (see :func:`~segpipe.synthetic.sample_spec`).
@@ -77,10 +80,11 @@ def write_dataset(
         OutputError: ``out_dir`` cannot be created or written.
     """
     from segpipe.errors import ConfigError
-    from segpipe.io import write_image
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"dataset size: expected a positive integer, got {n!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"workers: expected a positive integer, got {workers!r}")
     case_spec(seed, 0, **overrides)  # validate the options before creating anything
     root = Path(out_dir)
     try:
@@ -96,26 +100,24 @@ def write_dataset(
         Path(preview).parent.mkdir(parents=True, exist_ok=True)
     from tqdm import tqdm
 
-    training, cases = [], []
-    bar = tqdm(range(n), desc="phantoms", unit="case", disable=not progress, dynamic_ncols=True)
-    for i in bar:
-        spec = case_spec(seed, i, **overrides)
-        ph = make_phantom(spec)
-        name = f"{prefix}_{i:03d}"
-        img_path = root / "imagesTr" / f"{name}.nii.gz"
-        lab_path = root / "labelsTr" / f"{name}.nii.gz"
-        write_image(ph.image, img_path)
-        write_image(ph.label, lab_path)
+    def picture(i: int, name: str) -> Path | None:
         if preview_dir is not None and (preview is True or i == 0):
-            qc_picture(ph.image, ph.label, preview_dir / f"{name}.png", title=_title(name, spec, ph.info))
-        elif preview and preview is not True and preview != "first" and i == 0:
-            qc_picture(ph.image, ph.label, Path(preview), title=_title(name, spec, ph.info))
-        training.append({"image": f"./imagesTr/{name}.nii.gz", "label": f"./labelsTr/{name}.nii.gz"})
-        cases.append({"name": name, "spec": spec.to_dict(), "size": list(ph.image.GetSize()),
-                      "spacing": [round(v, 5) for v in ph.image.GetSpacing()],
-                      **{k: v for k, v in ph.info.items() if k not in ("airway_centreline_mm", "timing_s")}})
+            return preview_dir / f"{name}.png"
+        if preview and preview is not True and preview != "first" and i == 0:
+            return Path(preview)
+        return None
+
+    jobs = [(root, seed, i, f"{prefix}_{i:03d}", picture(i, f"{prefix}_{i:03d}"), overrides) for i in range(n)]
+    entries: dict[int, dict] = {}
+    bar = tqdm(total=n, desc="phantoms", unit="case", disable=not progress, dynamic_ncols=True)
+    for i, entry in _make_cases(jobs, workers):
+        entries[i] = entry
+        bar.update()
         if on_case is not None:
-            on_case(i, img_path, lab_path)
+            on_case(i, root / "imagesTr" / f"{entry['name']}.nii.gz", root / "labelsTr" / f"{entry['name']}.nii.gz")
+    bar.close()
+    cases = [entries[i] for i in range(n)]
+    training = [{"image": f"./imagesTr/{c['name']}.nii.gz", "label": f"./labelsTr/{c['name']}.nii.gz"} for c in cases]
     meta = {
         "name": "segpipe_phantoms",
         "description": "Synthetic chest CT phantoms (segpipe.synthetic): lungs labelled right (1) and left (2)",
@@ -134,6 +136,36 @@ def write_dataset(
     path = root / "dataset.json"
     _write_json(path, meta)
     return path
+
+
+def _write_case(root: Path, seed: int, i: int, name: str, picture: Path | None, overrides: dict) -> tuple[int, dict]:
+    """Make case ``i`` and write its image, label and (``picture``) QC picture; its entry for
+    ``dataset.json``."""
+    from segpipe.io import write_image
+
+    spec = case_spec(seed, i, **overrides)
+    ph = make_phantom(spec)
+    write_image(ph.image, root / "imagesTr" / f"{name}.nii.gz")
+    write_image(ph.label, root / "labelsTr" / f"{name}.nii.gz")
+    if picture is not None:
+        qc_picture(ph.image, ph.label, picture, title=_title(name, spec, ph.info))
+    return i, {"name": name, "spec": spec.to_dict(), "size": list(ph.image.GetSize()),
+               "spacing": [round(v, 5) for v in ph.image.GetSpacing()],
+               **{k: v for k, v in ph.info.items() if k not in ("airway_centreline_mm", "timing_s")}}
+
+
+def _make_cases(jobs: list[tuple], workers: int) -> Iterator[tuple[int, dict]]:
+    """:func:`_write_case` for each job, here or in ``workers`` processes (in the order they finish)."""
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            yield _write_case(*job)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
+        for future in as_completed([pool.submit(_write_case, *job) for job in jobs]):
+            yield future.result()
 
 
 def _title(name: str, spec: PhantomSpec, info: dict) -> str:

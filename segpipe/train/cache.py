@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,6 +194,7 @@ def build_cache(
     below_mm: float = 0.0,
     decoy_mm: float = 0.0,
     progress: bool = False,
+    workers: int = 1,
 ) -> list[CachedCase]:
     """Preprocess ``cases`` once into ``cache_dir/<key>/`` and return them.
 
@@ -205,8 +206,8 @@ def build_cache(
     stored as ``.npy`` (int16 HU, uint8 labels) for memory-mapped reading. The key hashes the
     settings and each file's path, size and modification time: an unchanged dataset reuses
     the cache, any change builds a new one. Cases are processed one at a time, so RAM stays
-    bounded by one case whatever the dataset size; an interrupted build resumes where it
-    stopped (finished cases are kept).
+    bounded by one case whatever the dataset size (``workers`` > 1: that many cases at once, in
+    worker processes); an interrupted build resumes where it stopped (finished cases are kept).
     """
     settings = {
         "coarse_spacing_mm": list(coarse_spacing_mm),
@@ -225,27 +226,41 @@ def build_cache(
             done = json.loads(manifest_path.read_text()).get("cases", {})
         except json.JSONDecodeError:
             done = {}
-    iterator: Iterable[Case] = cases
-    if progress:
+    todo = [c for c in cases if not (c.name in done and all((folder / v).exists() for v in _entry_files(done[c.name])))]
+    kwargs = dict(coarse_spacing_mm=coarse_spacing_mm, fine_spacing_mm=fine_spacing_mm, margin_mm=margin_mm,
+                  coarse_size_xyz=coarse_size_xyz, below_mm=below_mm, decoy_mm=decoy_mm)
+    bar = None
+    if progress and todo:
         from tqdm.auto import tqdm
 
-        iterator = tqdm(cases, desc="preprocessing", unit="case")
-    out = []
-    for case in iterator:
-        entry = done.get(case.name)
-        if entry is not None and all((folder / v).exists() for v in _entry_files(entry)):
-            out.append(_case_from_json(folder, case.name, entry))
-            continue
-        cached = preprocess_case(
-            case, folder, coarse_spacing_mm=coarse_spacing_mm, fine_spacing_mm=fine_spacing_mm, margin_mm=margin_mm,
-            coarse_size_xyz=coarse_size_xyz, below_mm=below_mm, decoy_mm=decoy_mm,
-        )
-        done[case.name] = {"coarse": cached.coarse.to_json(), "fine": {k: v.to_json() for k, v in cached.fine.items()}}
+        bar = tqdm(total=len(todo), desc="preprocessing", unit="case")
+    for cached in _preprocess_all(todo, folder, kwargs, workers):
+        done[cached.name] = {"coarse": cached.coarse.to_json(), "fine": {k: v.to_json() for k, v in cached.fine.items()}}
         tmp = manifest_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"version": CACHE_VERSION, "settings": settings, "cases": done}, indent=1))
         tmp.replace(manifest_path)
-        out.append(cached)
-    return out
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
+    return [_case_from_json(folder, c.name, done[c.name]) for c in cases]
+
+
+def _preprocess_all(cases: list[Case], folder: Path, kwargs: dict, workers: int) -> Iterator[CachedCase]:
+    """:func:`preprocess_case` for each case, in this process or in ``workers`` processes
+    (results in the order they finish)."""
+    if workers <= 1 or len(cases) <= 1:
+        for case in cases:
+            yield preprocess_case(case, folder, **kwargs)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: the parent may hold torch threads and open files that a fork would copy
+    with ProcessPoolExecutor(max_workers=min(workers, len(cases)), mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(preprocess_case, case, folder, **kwargs) for case in cases]
+        for future in as_completed(futures):
+            yield future.result()
 
 
 def _entry_files(entry: dict) -> list[str]:

@@ -177,25 +177,35 @@ def check_case(case: Case, allowed_labels: Iterable[int] = tuple(LABELS)) -> str
     return None
 
 
-def validate_cases(cases: list[Case], allowed_labels: Iterable[int] = tuple(LABELS), progress: bool = False) -> None:
+def validate_cases(cases: list[Case], allowed_labels: Iterable[int] = tuple(LABELS), progress: bool = False,
+                   workers: int = 1) -> None:
     """Check every case; raise one :class:`DatasetError` that lists all broken cases.
 
     Args:
         cases: from :func:`discover`.
         allowed_labels: label values a label map may hold.
         progress: show a progress bar (long datasets).
+        workers: cases checked at once, in worker processes (1: one at a time, here).
     """
     allowed = tuple(allowed_labels)
-    problems = []
-    iterator: Iterable[Case] = cases
+    reasons: Iterable[str | None]
+    if workers > 1 and len(cases) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(cases)), mp_context=mp.get_context("spawn"))
+        reasons = pool.map(check_case, cases, [allowed] * len(cases))
+    else:
+        pool, reasons = None, (check_case(case, allowed) for case in cases)
     if progress:
         from tqdm.auto import tqdm
 
-        iterator = tqdm(cases, desc="checking cases", unit="case")
-    for case in iterator:
-        reason = check_case(case, allowed)
-        if reason is not None:
-            problems.append(f"{case.name}: {reason}")
+        reasons = tqdm(reasons, total=len(cases), desc="checking cases", unit="case")
+    try:
+        problems = [f"{case.name}: {reason}" for case, reason in zip(cases, reasons) if reason is not None]
+    finally:
+        if pool is not None:
+            pool.shutdown()
     if problems:
         raise DatasetError(f"{len(problems)} of {len(cases)} cases cannot be used", problems)
 

@@ -19,6 +19,7 @@ __all__ = [
     "DENSE_MIN_ML",
     "PatchDataset",
     "augment_patch",
+    "cut_beside_lung",
     "cut_field_of_view",
     "dense_points",
     "extract_patch",
@@ -221,8 +222,11 @@ class PatchDataset:
             img, lbl = augment_patch(img, lbl, self.augment, rng, spacing_zyx)  # type: ignore[arg-type]
             fov = getattr(self.augment, "fov_probability", 0.0)
             if fov > 0 and rng.random() < fov:  # no draw when off: older configs keep their random stream
-                img, lbl = cut_field_of_view(img, lbl, rng, self.augment.fov_keep,  # type: ignore[attr-defined]
-                                             fill=getattr(self.augment, "fov_fill", "air"))
+                fill = getattr(self.augment, "fov_fill", "air")
+                side = getattr(self.augment, "fov_side", 0.0)
+                cut = cut_beside_lung(img, lbl, rng, fill=fill) if side > 0 and rng.random() < side else None
+                img, lbl = cut if cut is not None else cut_field_of_view(
+                    img, lbl, rng, self.augment.fov_keep, fill=fill)  # type: ignore[attr-defined]
         return {
             "image": torch.from_numpy(normalise_hu(img, self.window_hu)[None]),
             "label": torch.from_numpy(np.ascontiguousarray(lbl).astype(np.int64)),
@@ -266,6 +270,46 @@ def cut_field_of_view(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator
     if kind == "circle" or fill != "edge":
         img[outside] = -1024.0
     lbl[outside] = 0
+    return img, lbl
+
+
+SIDE_STRIP = (0.05, 0.35)  # share of the other lung's width that a side cut keeps
+
+
+def cut_beside_lung(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator,
+                    strip: tuple[float, float] = SIDE_STRIP, fill: str = "air") -> tuple[np.ndarray, np.ndarray] | None:
+    """A ``(z, y, x)`` HU patch and its labels cut as a view that holds one lung and only a
+    medial strip of the other (a cardiac-centred crop, a field of view off the midline): the x
+    cut runs through the other lung at a share drawn from ``strip`` of its width, counted
+    from its medial face, and keeps the side of the first lung. Beyond the cut the image is
+    air, or with ``fill="edge"`` the kept part's edge repeated; the labels there are
+    background. Which lung is kept whole is drawn. None when the patch does not hold both
+    lungs side by side (the caller cuts another way)."""
+    xs = [np.flatnonzero(np.any(lbl == c, axis=(0, 1))) for c in (1, 2)]
+    if any(len(x) < 2 for x in xs):
+        return None
+    (r0, r1), (l0, l1) = (x[[0, -1]] for x in xs)
+    if not (r0 < l0 and r1 < l1) and not (l0 < r0 and l1 < r1):
+        return None  # not side by side along x
+    whole = int(rng.integers(2))  # index into xs: the lung kept whole
+    w0, w1 = (r0, r1) if whole == 0 else (l0, l1)
+    o0, o1 = (l0, l1) if whole == 0 else (r0, r1)
+    share = float(rng.uniform(*strip))
+    n = img.shape[2]
+    if o0 > w0:  # the other lung lies at higher x: keep [0, cut)
+        cut = o0 + max(1, int(round(share * (o1 - o0 + 1))))
+        keep = slice(0, min(n, cut))
+    else:  # it lies at lower x: keep [cut, n)
+        cut = o1 + 1 - max(1, int(round(share * (o1 - o0 + 1))))
+        keep = slice(max(0, cut), n)
+    img, lbl = img.copy(), lbl.copy()
+    outside = np.ones(n, bool)
+    outside[keep] = False
+    if fill == "edge":
+        img = np.pad(img[:, :, keep], [(0, 0), (0, 0), (keep.start, n - keep.stop)], mode="edge")
+    else:
+        img[:, :, outside] = -1024.0
+    lbl[:, :, outside] = 0
     return img, lbl
 
 

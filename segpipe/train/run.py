@@ -104,12 +104,13 @@ def prepare_data(
             )
         extra = discover(phantom_dir)
         cases += [dataclasses.replace(c, name=f"phantom-{c.name}") for c in extra]
-    validate_cases(cases, progress=progress)
+    workers = max(1, cfg.data.num_workers)  # the DataLoader's workers, here for checking and preprocessing
+    validate_cases(cases, progress=progress, workers=workers)
     cached = build_cache(
         cases, Path(cache_dir),
         coarse_spacing_mm=cfg.spacing.coarse_mm, fine_spacing_mm=cfg.spacing.fine_mm,
         margin_mm=cfg.data.margin_mm, coarse_size_xyz=cfg.spacing.coarse_size_xyz, below_mm=cfg.data.fine_below_mm,
-        decoy_mm=cfg.data.fine_decoy_mm, progress=progress,
+        decoy_mm=cfg.data.fine_decoy_mm, progress=progress, workers=workers,
     )
     train_names, val_names = split_cases([c.name for c in cached], cfg.data.val_fraction, cfg.seed)
     train_cases = [c for c in cached if c.name in train_names]
