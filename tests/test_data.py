@@ -438,6 +438,38 @@ def test_cut_beside_lung_keeps_one_lung_and_a_medial_strip_of_the_other() -> Non
         AugmentConfig(fov_side=1.5)
 
 
+def test_field_of_view_cuts_can_repeat_the_edge_labels_with_the_image() -> None:
+    """``edge_label``: beyond a box, slab or side cut the labels repeat the kept part's edge as
+    the image does (a lung cut by the view is not taught as background beyond its edge); a
+    circle stays air and background; ``fov_label: edge`` needs ``fov_fill: edge``."""
+    from segpipe.config import AugmentConfig
+    from segpipe.train.patches import cut_beside_lung, cut_field_of_view
+
+    lbl = np.zeros((6, 10, 60), np.uint8)
+    lbl[:, 2:8, 5:25] = 1
+    lbl[:, 2:8, 35:55] = 2
+    img = np.where(lbl > 0, -850.0, 40.0).astype(np.float32)
+    circles = 0
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        a, b = cut_field_of_view(img, lbl, rng, (0.4, 0.8), fill="edge", edge_label=True)
+        if (a == -1024.0).any():
+            circles += 1
+            assert (b[a == -1024.0] == 0).all()
+            continue
+        np.testing.assert_array_equal(b > 0, a == -850.0)  # labels follow the repeated image
+        a, b = cut_beside_lung(img, lbl, rng, fill="edge", edge_label=True)
+        np.testing.assert_array_equal(b > 0, a == -850.0)
+        assert set(np.unique(b[:, 4])) == {0, 1, 2}  # both lungs, the strip repeated to the patch's side
+    assert 0 < circles < 20
+    assert AugmentConfig().fov_label == "background"
+    AugmentConfig(fov_fill="edge", fov_label="edge")
+    with pytest.raises(ConfigError, match="fov_label"):
+        AugmentConfig(fov_label="edge")  # fov_fill air
+    with pytest.raises(ConfigError, match="fov_label"):
+        AugmentConfig(fov_fill="edge", fov_label="ignore")
+
+
 def test_cache_and_checks_in_worker_processes_match_one_process(tmp_path: Path) -> None:
     """``workers`` > 1 preprocesses and checks the cases in worker processes: the same cache
     files and the same problems as one at a time."""

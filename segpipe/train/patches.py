@@ -223,10 +223,12 @@ class PatchDataset:
             fov = getattr(self.augment, "fov_probability", 0.0)
             if fov > 0 and rng.random() < fov:  # no draw when off: older configs keep their random stream
                 fill = getattr(self.augment, "fov_fill", "air")
+                edge_label = getattr(self.augment, "fov_label", "background") == "edge"
                 side = getattr(self.augment, "fov_side", 0.0)
-                cut = cut_beside_lung(img, lbl, rng, fill=fill) if side > 0 and rng.random() < side else None
+                cut = (cut_beside_lung(img, lbl, rng, fill=fill, edge_label=edge_label)
+                       if side > 0 and rng.random() < side else None)
                 img, lbl = cut if cut is not None else cut_field_of_view(
-                    img, lbl, rng, self.augment.fov_keep, fill=fill)  # type: ignore[attr-defined]
+                    img, lbl, rng, self.augment.fov_keep, fill=fill, edge_label=edge_label)  # type: ignore[attr-defined]
         return {
             "image": torch.from_numpy(normalise_hu(img, self.window_hu)[None]),
             "label": torch.from_numpy(np.ascontiguousarray(lbl).astype(np.int64)),
@@ -234,7 +236,8 @@ class PatchDataset:
 
 
 def cut_field_of_view(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator,
-                      keep: tuple[float, float] = (0.35, 0.9), fill: str = "air") -> tuple[np.ndarray, np.ndarray]:
+                      keep: tuple[float, float] = (0.35, 0.9), fill: str = "air",
+                      edge_label: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """A ``(z, y, x)`` HU patch and its labels as a scan whose field of view cuts the body:
     outside the part kept the image is air (-1024 HU, what both stages see beyond a scan's
     edge: the fine lattice's fill, the coarse window's padding) and the label background.
@@ -244,7 +247,9 @@ def cut_field_of_view(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator
     reconstruction circle, radius a share of the patch's half-width). Axis-aligned and applied
     after the other augmentation, as real scan edges are. With ``fill="edge"`` the image beyond
     a box or slab repeats the kept part's edge instead (what the coarse stage's sliding window
-    shows beyond a scan smaller than a window); beyond a circle it is air either way."""
+    shows beyond a scan smaller than a window); beyond a circle it is air either way. With
+    ``edge_label`` (and ``fill="edge"``) the labels beyond a box or slab repeat the kept
+    part's edge labels too."""
     img, lbl = img.copy(), lbl.copy()
     kind = ("box", "slab", "circle")[int(rng.integers(3))]
     shape = img.shape
@@ -267,6 +272,8 @@ def cut_field_of_view(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator
         if fill == "edge":
             pads = [(s.indices(n)[0], n - s.indices(n)[1]) for s, n in zip(sl, shape)]
             img = np.pad(img[tuple(sl)], pads, mode="edge")
+            if edge_label:
+                return img, np.pad(lbl[tuple(sl)], pads, mode="edge")
     if kind == "circle" or fill != "edge":
         img[outside] = -1024.0
     lbl[outside] = 0
@@ -277,13 +284,15 @@ SIDE_STRIP = (0.05, 0.35)  # share of the other lung's width that a side cut kee
 
 
 def cut_beside_lung(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator,
-                    strip: tuple[float, float] = SIDE_STRIP, fill: str = "air") -> tuple[np.ndarray, np.ndarray] | None:
+                    strip: tuple[float, float] = SIDE_STRIP, fill: str = "air",
+                    edge_label: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """A ``(z, y, x)`` HU patch and its labels cut as a view that holds one lung and only a
     medial strip of the other (a cardiac-centred crop, a field of view off the midline): the x
     cut runs through the other lung at a share drawn from ``strip`` of its width, counted
     from its medial face, and keeps the side of the first lung. Beyond the cut the image is
     air, or with ``fill="edge"`` the kept part's edge repeated; the labels there are
-    background. Which lung is kept whole is drawn. None when the patch does not hold both
+    background (with ``edge_label`` and ``fill="edge"``: the edge's labels repeated too).
+    Which lung is kept whole is drawn. None when the patch does not hold both
     lungs side by side (the caller cuts another way)."""
     xs = [np.flatnonzero(np.any(lbl == c, axis=(0, 1))) for c in (1, 2)]
     if any(len(x) < 2 for x in xs):
@@ -306,7 +315,10 @@ def cut_beside_lung(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator,
     outside = np.ones(n, bool)
     outside[keep] = False
     if fill == "edge":
-        img = np.pad(img[:, :, keep], [(0, 0), (0, 0), (keep.start, n - keep.stop)], mode="edge")
+        pads = [(0, 0), (0, 0), (keep.start, n - keep.stop)]
+        img = np.pad(img[:, :, keep], pads, mode="edge")
+        if edge_label:
+            return img, np.pad(lbl[:, :, keep], pads, mode="edge")
     else:
         img[:, :, outside] = -1024.0
     lbl[:, :, outside] = 0
