@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from segpipe._parallel import in_processes
 from segpipe.errors import OutputError
 from segpipe.io.image import atomic_target
 from segpipe.report import qc_picture
@@ -110,7 +111,7 @@ def write_dataset(
     jobs = [(root, seed, i, f"{prefix}_{i:03d}", picture(i, f"{prefix}_{i:03d}"), overrides) for i in range(n)]
     entries: dict[int, dict] = {}
     bar = tqdm(total=n, desc="phantoms", unit="case", disable=not progress, dynamic_ncols=True)
-    for i, entry in _make_cases(jobs, workers):
+    for i, entry in in_processes(_write_case, jobs, workers):
         entries[i] = entry
         bar.update()
         if on_case is not None:
@@ -138,7 +139,7 @@ def write_dataset(
     return path
 
 
-def _write_case(root: Path, seed: int, i: int, name: str, picture: Path | None, overrides: dict) -> tuple[int, dict]:
+def _write_case(root: Path, seed: int, i: int, name: str, picture: Path | None, overrides: dict) -> dict:
     """Make case ``i`` and write its image, label and (``picture``) QC picture; its entry for
     ``dataset.json``."""
     from segpipe.io import write_image
@@ -149,23 +150,9 @@ def _write_case(root: Path, seed: int, i: int, name: str, picture: Path | None, 
     write_image(ph.label, root / "labelsTr" / f"{name}.nii.gz")
     if picture is not None:
         qc_picture(ph.image, ph.label, picture, title=_title(name, spec, ph.info))
-    return i, {"name": name, "spec": spec.to_dict(), "size": list(ph.image.GetSize()),
-               "spacing": [round(v, 5) for v in ph.image.GetSpacing()],
-               **{k: v for k, v in ph.info.items() if k not in ("airway_centreline_mm", "timing_s")}}
-
-
-def _make_cases(jobs: list[tuple], workers: int) -> Iterator[tuple[int, dict]]:
-    """:func:`_write_case` for each job, here or in ``workers`` processes (in the order they finish)."""
-    if workers <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            yield _write_case(*job)
-        return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
-        for future in as_completed([pool.submit(_write_case, *job) for job in jobs]):
-            yield future.result()
+    return {"name": name, "spec": spec.to_dict(), "size": list(ph.image.GetSize()),
+            "spacing": [round(v, 5) for v in ph.image.GetSpacing()],
+            **{k: v for k, v in ph.info.items() if k not in ("airway_centreline_mm", "timing_s")}}
 
 
 def _title(name: str, spec: PhantomSpec, info: dict) -> str:

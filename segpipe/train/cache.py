@@ -12,7 +12,6 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 import SimpleITK as sitk
 
 from segpipe import io, spatial
+from segpipe._parallel import in_processes
 from segpipe.train.dataset import Case
 
 __all__ = [
@@ -229,38 +229,21 @@ def build_cache(
     todo = [c for c in cases if not (c.name in done and all((folder / v).exists() for v in _entry_files(done[c.name])))]
     kwargs = dict(coarse_spacing_mm=coarse_spacing_mm, fine_spacing_mm=fine_spacing_mm, margin_mm=margin_mm,
                   coarse_size_xyz=coarse_size_xyz, below_mm=below_mm, decoy_mm=decoy_mm)
-    bar = None
-    if progress and todo:
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc="preprocessing", unit="case")
-    for cached in _preprocess_all(todo, folder, kwargs, workers):
-        done[cached.name] = {"coarse": cached.coarse.to_json(), "fine": {k: v.to_json() for k, v in cached.fine.items()}}
-        tmp = manifest_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": CACHE_VERSION, "settings": settings, "cases": done}, indent=1))
-        tmp.replace(manifest_path)
-        if bar is not None:
+    with tqdm(total=len(todo), desc="preprocessing", unit="case", disable=not (progress and todo)) as bar:
+        for _, cached in in_processes(_preprocess, [(case, folder, kwargs) for case in todo], workers):
+            done[cached.name] = {"coarse": cached.coarse.to_json(), "fine": {k: v.to_json() for k, v in cached.fine.items()}}
+            tmp = manifest_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"version": CACHE_VERSION, "settings": settings, "cases": done}, indent=1))
+            tmp.replace(manifest_path)
             bar.update()
-    if bar is not None:
-        bar.close()
     return [_case_from_json(folder, c.name, done[c.name]) for c in cases]
 
 
-def _preprocess_all(cases: list[Case], folder: Path, kwargs: dict, workers: int) -> Iterator[CachedCase]:
-    """:func:`preprocess_case` for each case, in this process or in ``workers`` processes
-    (results in the order they finish)."""
-    if workers <= 1 or len(cases) <= 1:
-        for case in cases:
-            yield preprocess_case(case, folder, **kwargs)
-        return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    # spawn: the parent may hold torch threads and open files that a fork would copy
-    with ProcessPoolExecutor(max_workers=min(workers, len(cases)), mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(preprocess_case, case, folder, **kwargs) for case in cases]
-        for future in as_completed(futures):
-            yield future.result()
+def _preprocess(case: Case, folder: Path, kwargs: dict) -> CachedCase:
+    """:func:`preprocess_case` with its settings as one mapping (a job of :func:`in_processes`)."""
+    return preprocess_case(case, folder, **kwargs)
 
 
 def _entry_files(entry: dict) -> list[str]:

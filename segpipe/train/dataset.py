@@ -27,6 +27,7 @@ import numpy as np
 import SimpleITK as sitk
 
 from segpipe import io, spatial
+from segpipe._parallel import in_processes
 from segpipe.errors import InputError, SegpipeError
 
 __all__ = [
@@ -188,24 +189,14 @@ def validate_cases(cases: list[Case], allowed_labels: Iterable[int] = tuple(LABE
         workers: cases checked at once, in worker processes (1: one at a time, here).
     """
     allowed = tuple(allowed_labels)
-    reasons: Iterable[str | None]
-    if workers > 1 and len(cases) > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
+    reasons: list[str | None] = [None] * len(cases)
+    from tqdm.auto import tqdm
 
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(cases)), mp_context=mp.get_context("spawn"))
-        reasons = pool.map(check_case, cases, [allowed] * len(cases))
-    else:
-        pool, reasons = None, (check_case(case, allowed) for case in cases)
-    if progress:
-        from tqdm.auto import tqdm
-
-        reasons = tqdm(reasons, total=len(cases), desc="checking cases", unit="case")
-    try:
-        problems = [f"{case.name}: {reason}" for case, reason in zip(cases, reasons) if reason is not None]
-    finally:
-        if pool is not None:
-            pool.shutdown()
+    with tqdm(total=len(cases), desc="checking cases", unit="case", disable=not progress) as bar:
+        for i, reason in in_processes(check_case, [(case, allowed) for case in cases], workers):
+            reasons[i] = reason
+            bar.update()
+    problems = [f"{case.name}: {reason}" for case, reason in zip(cases, reasons) if reason is not None]
     if problems:
         raise DatasetError(f"{len(problems)} of {len(cases)} cases cannot be used", problems)
 

@@ -250,34 +250,42 @@ def cut_field_of_view(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator
     shows beyond a scan smaller than a window); beyond a circle it is air either way. With
     ``edge_label`` (and ``fill="edge"``) the labels beyond a box or slab repeat the kept
     part's edge labels too."""
-    img, lbl = img.copy(), lbl.copy()
     kind = ("box", "slab", "circle")[int(rng.integers(3))]
     shape = img.shape
-    if kind == "circle":
-        r = float(rng.uniform(*keep)) * min(shape[1:]) / 2
-        cy, cx = (float(rng.uniform(0.3, 0.7)) * n for n in shape[1:])
-        yy, xx = np.ogrid[:shape[1], :shape[2]]
-        outside = np.broadcast_to((yy - cy) ** 2 + (xx - cx) ** 2 > r * r, shape)
-    else:
-        inside = np.zeros(shape, bool)
-        axes = (1, 2) if kind == "box" else (0,)
+    if kind != "circle":
         sl = [slice(None)] * 3
-        for a in axes:
+        for a in (1, 2) if kind == "box" else (0,):
             n = shape[a]
             length = max(2, int(round(float(rng.uniform(*keep)) * n)))
             start = int(rng.integers(0, n - length + 1))
             sl[a] = slice(start, start + length)
-        inside[tuple(sl)] = True
-        outside = ~inside
-        if fill == "edge":
-            pads = [(s.indices(n)[0], n - s.indices(n)[1]) for s, n in zip(sl, shape)]
-            img = np.pad(img[tuple(sl)], pads, mode="edge")
-            if edge_label:
-                return img, np.pad(lbl[tuple(sl)], pads, mode="edge")
-    if kind == "circle" or fill != "edge":
-        img[outside] = -1024.0
+        return _keep_box(img, lbl, tuple(sl), fill, edge_label)
+    img, lbl = img.copy(), lbl.copy()
+    r = float(rng.uniform(*keep)) * min(shape[1:]) / 2
+    cy, cx = (float(rng.uniform(0.3, 0.7)) * n for n in shape[1:])
+    yy, xx = np.ogrid[:shape[1], :shape[2]]
+    outside = np.broadcast_to((yy - cy) ** 2 + (xx - cx) ** 2 > r * r, shape)
+    img[outside] = -1024.0
     lbl[outside] = 0
     return img, lbl
+
+
+def _keep_box(img: np.ndarray, lbl: np.ndarray, box: tuple[slice, ...], fill: str,
+              edge_label: bool) -> tuple[np.ndarray, np.ndarray]:
+    """New image and labels that keep ``box`` (a slice per axis) of the patch. Beyond it: air
+    and background, or with ``fill="edge"`` the box's edge voxels repeated (the labels too with
+    ``edge_label``, else background)."""
+    if fill == "edge":
+        pads = [(s.indices(n)[0], n - s.indices(n)[1]) for s, n in zip(box, img.shape)]
+        out_img = np.pad(img[box], pads, mode="edge")
+        if edge_label:
+            return out_img, np.pad(lbl[box], pads, mode="edge")
+    else:
+        out_img = np.full_like(img, -1024.0)
+        out_img[box] = img[box]
+    out_lbl = np.zeros_like(lbl)
+    out_lbl[box] = lbl[box]
+    return out_img, out_lbl
 
 
 SIDE_STRIP = (0.05, 0.35)  # share of the other lung's width that a side cut keeps
@@ -311,18 +319,7 @@ def cut_beside_lung(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator,
     else:  # it lies at lower x: keep [cut, n)
         cut = o1 + 1 - max(1, int(round(share * (o1 - o0 + 1))))
         keep = slice(max(0, cut), n)
-    img, lbl = img.copy(), lbl.copy()
-    outside = np.ones(n, bool)
-    outside[keep] = False
-    if fill == "edge":
-        pads = [(0, 0), (0, 0), (keep.start, n - keep.stop)]
-        img = np.pad(img[:, :, keep], pads, mode="edge")
-        if edge_label:
-            return img, np.pad(lbl[:, :, keep], pads, mode="edge")
-    else:
-        img[:, :, outside] = -1024.0
-    lbl[:, :, outside] = 0
-    return img, lbl
+    return _keep_box(img, lbl, (slice(None), slice(None), keep), fill, edge_label)
 
 
 def _resize_pair(img: np.ndarray, lbl: np.ndarray, size_zyx: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
