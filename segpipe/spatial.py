@@ -26,7 +26,10 @@ import SimpleITK as sitk
 from segpipe.errors import GeometryError
 
 __all__ = [
+    "AIR_HU",
     "CANONICAL",
+    "air_floor",
+    "below_air",
     "Box",
     "Geometry",
     "index_to_physical",
@@ -189,6 +192,25 @@ def spacing_for_size(image: sitk.Image, size_xyz: tuple[int, int, int]) -> tuple
     """The spacing (mm) that covers ``image``'s field of view with ``size_xyz`` voxels."""
     extent = np.asarray(image.GetSize()) * np.asarray(image.GetSpacing())
     return tuple(float(e / n) for e, n in zip(extent, size_xyz))  # type: ignore[return-value]
+
+
+AIR_HU = -1024.0  # air: nothing in a patient is darker; below it lie only the scanner's padding values
+
+
+def below_air(image: sitk.Image, floor_hu: float = AIR_HU) -> bool:
+    """Whether any voxel of ``image`` lies below ``floor_hu`` (the scanner's padding)."""
+    stats = sitk.MinimumMaximumImageFilter()
+    stats.Execute(image)
+    return stats.GetMinimum() < floor_hu
+
+
+def air_floor(image: sitk.Image, floor_hu: float = AIR_HU) -> sitk.Image:
+    """``image`` with values below ``floor_hu`` raised to it (a new image; ``image`` itself where
+    none is below). For what is resampled for the networks: the scanner's padding outside its
+    reconstruction circle (-2048, -3024) is no attenuation, and interpolated into the voxels
+    along the circle it would make lung there darker than air. The networks' intensity window
+    clips below air anyway."""
+    return sitk.Clamp(image, lowerBound=floor_hu) if below_air(image, floor_hu) else image
 
 
 def resample_image(

@@ -171,6 +171,27 @@ def test_cache_crop_geometry_is_physical(tmp_path: Path) -> None:
     assert (right == 1).sum() == (sitk.GetArrayViewFromImage(label) == 1).sum()
 
 
+def test_cache_raises_the_scanners_padding_to_air(tmp_path: Path) -> None:
+    """Training volumes are resampled as inference resamples: the scanner's padding (-3024)
+    raised to air first, so no voxel of the cache lies below -1024 HU."""
+    image, label = _pair(0, size=(32, 24, 12))
+    array = sitk.GetArrayFromImage(image).astype(np.int16)
+    array[:, :, :6] = -3024
+    padded = sitk.GetImageFromArray(array)
+    padded.CopyInformation(image)
+    root = tmp_path / "pairs"
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    io.write_image(padded, root / "images" / "a.nii.gz")
+    io.write_image(label, root / "labels" / "a.nii.gz")
+    (cached,) = data.build_cache(data.discover(root), tmp_path / "cache", coarse_spacing_mm=(2.0, 2.0, 2.0),
+                                 fine_spacing_mm=(0.8, 0.7, 2.5), margin_mm=4.0)
+    for volume in (cached.coarse, *cached.fine.values()):
+        hu, _ = volume.load()
+        assert hu.min() >= spatial.AIR_HU
+    assert sitk.GetArrayViewFromImage(spatial.resample_image(padded, (2.0, 2.0, 2.0))).min() < spatial.AIR_HU
+
+
 def test_cache_fine_crop_reaches_below_the_lung_within_the_scan(tmp_path: Path) -> None:
     """With ``below_mm`` a lung crop goes on toward the feet (what the fine stage reads below
     the bases at inference), as far as the scan's first slice and no further: no made-up air."""

@@ -167,27 +167,32 @@ def test_an_abdominal_scan_gives_its_lung_bases_and_no_bowel(segmenter: LungSegm
     assert ((pred > 0) & gut_or_table).sum() * ml < 5.0
 
 
-@pytest.mark.parametrize("padding", [-1024.0, -3024.0])
-def test_a_reconstruction_circle_through_the_lungs_keeps_them(segmenter: LungSegmenter, chest: tuple[sitk.Image, sitk.Image],
-                                                              padding: float) -> None:
+def test_a_reconstruction_circle_through_the_lungs_keeps_them(segmenter: LungSegmenter, chest: tuple[sitk.Image, sitk.Image]) -> None:
     """A field of view narrower than the body, cut by the scanner's circle: outside it the
-    scanner's padding, also -1024 (the value of air, which once took the lungs out of the body)."""
+    scanner's padding, also -1024 (the value of air, which once took the lungs out of the body).
+    The padding's value does not change the mask: -3024 interpolated into the lung along the
+    circle once made it darker than air there (the coarse body, the fine stage's input and the
+    edge rules lost a rim of lung)."""
     image, label = chest
     lab = sitk.GetArrayViewFromImage(label)
     xs = np.flatnonzero((lab > 0).any(axis=(0, 1)))
     half = int(0.35 * (xs[-1] - xs[0]))
     c = (xs[0] + xs[-1]) // 2
     crop, crop_label = image[c - half:c + half + 1], label[c - half:c + half + 1]  # 70% of the lungs' width
-    a = sitk.GetArrayFromImage(crop).astype(np.float32)
     ref = sitk.GetArrayFromImage(crop_label)
-    ny, nx = a.shape[1:]
+    ny, nx = ref.shape[1:]
     yy, xx = np.mgrid[:ny, :nx]
     sx, sy = crop.GetSpacing()[:2]
     outside = ((xx - (nx - 1) / 2) * sx) ** 2 + ((yy - (ny - 1) / 2) * sy) ** 2 > (min(nx * sx, ny * sy) / 2) ** 2
-    a[:, outside] = padding
     ref[:, outside] = 0
-    scan = sitk.GetImageFromArray(a)
-    scan.CopyInformation(crop)
-    pred = segmenter.predict(scan)
-    scores = metrics.lung_metrics(pred, spatial.copy_geometry(ref, crop))
-    assert scores["right"]["dice"] > 0.9 and scores["left"]["dice"] > 0.9, scores
+    masks = []
+    for padding in (-1024.0, -3024.0):
+        a = sitk.GetArrayFromImage(crop).astype(np.float32)
+        a[:, outside] = padding
+        scan = sitk.GetImageFromArray(a)
+        scan.CopyInformation(crop)
+        pred = segmenter.predict(scan)
+        scores = metrics.lung_metrics(pred, spatial.copy_geometry(ref, crop))
+        assert scores["right"]["dice"] > 0.9 and scores["left"]["dice"] > 0.9, (padding, scores)
+        masks.append(sitk.GetArrayFromImage(pred))
+    assert np.array_equal(masks[0], masks[1])

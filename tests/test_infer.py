@@ -197,6 +197,20 @@ def test_scan_region_resamples_to_the_same_fine_voxels_as_the_whole_scan(spacing
     own.keep(start, stop)
     own.cover(start - 10, stop + 10)
     assert own.image is whole and own.start == (0, 0, 0) and reads == [1]
+    # for the fine network: the part the lattice reads, the scanner's padding raised to air
+    assert own.for_lattice(lattice) is whole  # nothing below air: the held voxels themselves
+    padded = sitk.GetArrayFromImage(whole)
+    padded[:, :, :40] = -3024
+    padded_image = sitk.GetImageFromArray(padded)
+    padded_image.CopyInformation(whole)
+    floored = ScanSource(padded_image, Scan(geometry, geometry, "LPS", False, reread), fine_mm).for_lattice(lattice)
+    assert np.prod(floored.GetSize()) < 0.7 * np.prod(whole.GetSize())
+    got, expected = (
+        sitk.GetArrayFromImage(spatial.resample_to_reference(
+            src, lattice, interpolator=sitk.sitkLinear, default_value=-1024.0, output_pixel_type=sitk.sitkFloat32))
+        for src in (floored, spatial.air_floor(padded_image)))
+    np.testing.assert_array_equal(got, expected)
+    assert got.min() >= spatial.AIR_HU
 
 
 @pytest.fixture(scope="module")
@@ -1188,6 +1202,37 @@ def test_a_lung_the_reconstruction_circle_cuts_is_a_cut_lung() -> None:
     air = np.where(outside[None], -1024.0, hu).astype(np.float32)  # padding with the value of air: the footprint
     assert (coarse.view_edge(air, outside, BodyParams()) & mask).any()
     assert coarse.view_edge(np.full(shape, 40.0, np.float32), None, BodyParams()) is None
+
+
+def test_coarse_padding_lies_where_coarse_voxel_centres_fall_on_it() -> None:
+    """On the coarse grid the scanner's padding is where a coarse voxel's centre lies on it in
+    the scan's own voxels, whatever its value (-3024, or -1024 at the same pixels of every
+    slice); a coarse voxel that mixes padding and lung along the circle is the scan's. The
+    coarse grid itself is resampled with the padding raised to air."""
+    from types import SimpleNamespace
+
+    from segpipe.refine.body import BodyParams
+
+    s = SimpleNamespace(rules=SimpleNamespace(body=BodyParams()))
+    shape = (12, 64, 64)
+    yy, xx = np.mgrid[:64, :64]
+    outside = (yy - 31.5) ** 2 + (xx - 31.5) ** 2 > 29.0**2
+    masks = []
+    for value in (-3024.0, -1024.0):
+        a = np.full(shape, -850.0, np.float32)
+        a[:, outside] = value
+        canonical = sitk.GetImageFromArray(a)
+        coarse_img = spatial.resample_image(spatial.air_floor(canonical), (4.0, 4.0, 4.0))
+        assert sitk.GetArrayViewFromImage(coarse_img).min() >= spatial.AIR_HU
+        padding = coarse._padding_on(canonical, coarse_img, s)
+        assert padding is not None and padding.shape == sitk.GetArrayViewFromImage(coarse_img).shape
+        masks.append(padding)
+    centre = np.rint(4 * np.arange(16) + 1.5)  # coarse voxel centres in the scan's index, nearest voxel
+    expected = ((centre[:, None] - 31.5) ** 2 + (centre[None, :] - 31.5) ** 2 > 29.0**2)
+    assert (masks[0] == expected[None]).all() and (masks[1] == masks[0]).all()
+    mixed = sitk.GetArrayViewFromImage(spatial.resample_image(sitk.GetImageFromArray(
+        np.where(outside, -3024.0, -850.0).astype(np.float32)[None].repeat(12, 0)), (4.0, 4.0, 4.0)))
+    assert ((mixed < BodyParams().padding_hu) & ~masks[0]).any()  # what the raw values would have made padding
 
 
 def test_confident_parts_give_gas_at_the_scans_end_no_cut_lung_share() -> None:

@@ -709,6 +709,25 @@ def test_snap_edges_leaves_dense_lung_and_pneumothorax_alone() -> None:
     assert not (snapped & air).any() and (snapped == truth).all()
 
 
+def test_edge_rules_read_the_scanners_padding_as_air() -> None:
+    """A lung the reconstruction circle cuts: beyond the circle the scanner's padding (-3024)
+    is smoothed as air (-1024). Smoothed as it is, it made the lung at the circle darker than
+    aerated lung (``edge_snap`` added nothing there) and mixed with tissue into fat's range."""
+    spacing = 0.8
+    truth, hu = _chest_slice(spacing)
+    lung = ndimage.binary_erosion(truth, iterations=2)
+    cut = np.zeros_like(truth)
+    cut[:, : int(np.flatnonzero(truth.any(axis=0))[0]) + 12] = True  # the circle's edge crosses the lung
+    results = []
+    for padding in (-1024.0, -3024.0):
+        h = np.where(cut, padding, hu).astype(np.float32)
+        results.append((snap_edges(lung & ~cut, h, (spacing, spacing), ~cut), fat_in_lung(truth & ~cut, h, (spacing, spacing))))
+    assert np.array_equal(results[0][0], results[1][0]) and np.array_equal(results[0][1], results[1][1])
+    assert (results[1][0] & ~lung).any() and not results[1][1].any()
+    smooth = _util.smoothed_hu(np.where(cut, -3024.0, hu), 1.0)
+    assert smooth.dtype == np.float32 and smooth.min() >= spatial.AIR_HU
+
+
 def test_snap_edges_adds_only_where_allowed() -> None:
     spacing = 0.7
     truth, hu = _chest_slice(spacing)

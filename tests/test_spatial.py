@@ -91,6 +91,25 @@ def test_resample_image_is_linear_on_a_ramp() -> None:
     np.testing.assert_allclose(sitk.GetArrayViewFromImage(bspline)[4, 8, 2:-2], values[1:-1], atol=0.5)
 
 
+def test_air_floor_raises_padding_to_air_and_leaves_other_scans_alone() -> None:
+    array = np.full((4, 6, 8), -850, np.int16)
+    array[:, :, :2] = -3024  # the scanner's padding
+    array[0, 0, 7] = 1200
+    image = sitk.GetImageFromArray(array)
+    image.SetSpacing((0.7, 0.7, 2.5))
+    image.SetOrigin((-10.0, 5.0, 30.0))
+    out = spatial.air_floor(image)
+    got = sitk.GetArrayViewFromImage(out)
+    assert out.GetPixelID() == image.GetPixelID() and spatial.same_geometry(out, image, atol_mm=0)
+    assert (got[:, :, :2] == spatial.AIR_HU).all() and (got[:, :, 2:] == array[:, :, 2:]).all()
+    # interpolated along the padding's edge, the lung is no darker than air
+    half = spatial.resample_image(out, (1.4, 0.7, 2.5))
+    assert sitk.GetArrayViewFromImage(half).min() >= spatial.AIR_HU
+    assert sitk.GetArrayViewFromImage(spatial.resample_image(image, (1.4, 0.7, 2.5))).min() < spatial.AIR_HU
+    plain = sitk.GetImageFromArray(np.full((4, 6, 8), -1024, np.int16))
+    assert spatial.air_floor(plain) is plain  # nothing below air: the same image, no copy
+
+
 @pytest.mark.parametrize("interpolation", ["nearest", "label_gaussian"])
 def test_resample_label_keeps_label_values(interpolation: str) -> None:
     label = sitk.Image(80, 60, 24, sitk.sitkUInt8)

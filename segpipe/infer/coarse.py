@@ -53,12 +53,12 @@ def _at_edge(mask: np.ndarray, edge: np.ndarray | None = None) -> bool:
 
 def view_edge(hu_zyx: np.ndarray, padding: np.ndarray | None, p: BodyParams) -> np.ndarray | None:
     """The scanner's reconstruction circle as an edge of the scan: ``(z, y, x)`` voxels next to
-    (face neighbours) or on its padding (below ``p.padding_hu``, or the ``(y, x)`` footprint
-    ``padding`` of padding with the value of air), or ``None`` where there is none. A lung the
-    circle cuts is cut by the scan's edge as much as one an array face cuts."""
+    (face neighbours) or on its padding (below ``p.padding_hu``, or ``padding``: a ``(z, y, x)``
+    mask or ``(y, x)`` footprint of it, :func:`_padding_on`), or ``None`` where there is none.
+    A lung the circle cuts is cut by the scan's edge as much as one an array face cuts."""
     pad = np.asarray(hu_zyx) < p.padding_hu
     if padding is not None:
-        pad |= padding[None]
+        pad |= padding if padding.ndim == 3 else padding[None]
     return ndimage.binary_dilation(pad) if pad.any() else None
 
 
@@ -127,16 +127,20 @@ def positions_in(grid: spatial.Geometry, ref: spatial.Geometry) -> list[np.ndarr
 
 
 def _padding_on(canonical: sitk.Image, coarse_img: sitk.Image, s: Settings) -> np.ndarray | None:
-    """The scanner's padding with the value of air (:func:`segpipe.refine.padding_footprint`,
-    found on the scan's own voxels) as a ``(y, x)`` footprint on the coarse grid: the coarse
-    voxels whose centres fall on it."""
-    footprint = padding_footprint(sitk.GetArrayViewFromImage(canonical), s.rules.body)
-    if footprint is None:
-        return None
-    px, py, _ = positions_in(spatial.Geometry.of(coarse_img), spatial.Geometry.of(canonical))
-    ix = np.clip(np.rint(px).astype(int), 0, footprint.shape[1] - 1)
-    iy = np.clip(np.rint(py).astype(int), 0, footprint.shape[0] - 1)
-    return footprint[np.ix_(iy, ix)]
+    """The scanner's padding on the coarse grid, ``(z, y, x)``: the coarse voxels whose centres
+    fall on it in the scan's own voxels, where these lie below ``padding_hu`` (-2048, -3024) or
+    on the footprint of padding with the value of air (:func:`segpipe.refine.padding_footprint`).
+    Found on the scan's own voxels: the coarse grid is resampled from the scan with the padding
+    raised to air (:func:`segpipe.spatial.air_floor`), and a coarse voxel that mixes padding
+    and lung along the circle is the scan's, not padding. ``None`` where there is none."""
+    hu = sitk.GetArrayViewFromImage(canonical)
+    px, py, pz = positions_in(spatial.Geometry.of(coarse_img), spatial.Geometry.of(canonical))
+    ix, iy, iz = (np.clip(np.rint(p).astype(int), 0, n - 1) for p, n in zip((px, py, pz), canonical.GetSize()))
+    padding = hu[np.ix_(iz, iy, ix)] < s.rules.body.padding_hu
+    footprint = padding_footprint(hu, s.rules.body)
+    if footprint is not None:
+        padding |= footprint[np.ix_(iy, ix)][None]
+    return padding if padding.any() else None
 
 
 @dataclass(frozen=True)
@@ -246,7 +250,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     from segpipe.model import any_lung, sliding_window_probs
 
     coarse_mm = spatial.spacing_for_size(canonical, tuple(s.coarse_size_xyz)) if s.coarse_size_xyz else s.coarse_mm
-    coarse_img = spatial.resample_image(canonical, coarse_mm)
+    coarse_img = spatial.resample_image(spatial.air_floor(canonical), coarse_mm)
     array = sitk.GetArrayFromImage(coarse_img)
     net = load_network("coarse", s.coarse, weights, s.device)
     probs = sliding_window_probs(net, array, s.coarse, s.window_hu, s.device, accumulate_on=s.device,

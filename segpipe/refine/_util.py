@@ -11,6 +11,8 @@ from typing import TypeVar
 import numpy as np
 from scipy import ndimage
 
+from segpipe.spatial import AIR_HU
+
 FULL = ndimage.generate_binary_structure(3, 1)  # face neighbours in 3D
 IN_PLANE = np.zeros((3, 3, 3), bool)  # face neighbours within an axial slice only
 IN_PLANE[1] = ndimage.generate_binary_structure(2, 1)
@@ -131,3 +133,10 @@ def touches(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     hit[0] = False
     out[box] = hit[labels]
     return out
+
+
+def smoothed_hu(hu: np.ndarray, sigma: float | Sequence[float]) -> np.ndarray:
+    """``hu`` (any shape) as float32, floored at air (:data:`segpipe.spatial.AIR_HU`: the
+    scanner's padding beyond its reconstruction circle is no attenuation) and Gaussian-smoothed
+    with ``sigma`` voxels per axis (edges repeated)."""
+    return ndimage.gaussian_filter(np.maximum(np.asarray(hu, np.float32), np.float32(AIR_HU)), sigma=sigma, mode="nearest")

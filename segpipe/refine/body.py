@@ -123,8 +123,8 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
     emphysematous lung has patches of pure air, but less of them), or runs along the posterior part of
     the scan's edge (canonical LPS: high y) over ``p.table_share`` of its width (the table's
     mattress): a lung or bowel loop that the field of view cuts is inside. The scanner's
-    padding is never body: what lies below ``p.padding_hu`` and, given as ``padding``, a ``(y, x)``
-    footprint of padding that has the value of air (:func:`padding_footprint`). Given ``lung``
+    padding is never body: what lies below ``p.padding_hu`` and what ``padding`` marks (a
+    ``(z, y, x)`` mask, or a ``(y, x)`` footprint such as :func:`padding_footprint`'s). Given ``lung``
     (``(z, y, x)``, what the coarse network calls lung), a region along the posterior edge that
     is ``p.table_lung_share`` lung or more is not the mattress: the network sees the ribs and
     the spine around a lung that the view's posterior arc cuts."""
@@ -134,8 +134,9 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
     # the scanner's padding: far below air, over a region that reaches the array's border
     pad_like = hu < p.padding_hu
     if padding is not None:
-        if padding.shape != hu.shape[1:]:
-            raise ValueError(f"body_in_view: padding footprint of shape {padding.shape}, expected {hu.shape[1:]} (the slices' shape)")
+        if padding.shape not in (hu.shape, hu.shape[1:]):
+            raise ValueError(f"body_in_view: padding of shape {padding.shape}, expected {hu.shape} or {hu.shape[1:]} "
+                             "(the scan's or its slices' shape)")
         pad_like |= np.asarray(padding, bool)
     if lung is not None and lung.shape != hu.shape:
         raise ValueError(f"body_in_view: lung of shape {lung.shape}, expected {hu.shape} (the scan's shape)")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from segpipe.refine._util import bounding_box, component_sizes, ellipsoid, label, touches
+from segpipe.refine._util import bounding_box, component_sizes, ellipsoid, label, smoothed_hu, touches
 from segpipe.refine.base import FineContext, RuleReport
 
 __all__ = ["DenseLungParams", "dense_lung", "rule"]
@@ -65,7 +65,7 @@ def dense_lung(lung: np.ndarray, prior: np.ndarray, hu: np.ndarray, spacing_xyz:
     c = ndimage.binary_opening(cand[box], structure=ellipsoid(tuple(p.open_mm / s for s in sp_zyx)))
     if np.count_nonzero(c) * voxel_ml < p.min_ml:
         return out
-    smooth = ndimage.gaussian_filter(np.asarray(hu[box], np.float32), [p.smooth_mm / s for s in sp_zyx], mode="nearest")
+    smooth = smoothed_hu(hu[box], [p.smooth_mm / s for s in sp_zyx])
     labels, n = label(c)
     idx = np.arange(1, n + 1)
     size = component_sizes(labels, n)[1:]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from segpipe.refine._util import FULL, IN_PLANE, bounding_box
+from segpipe.refine._util import FULL, IN_PLANE, bounding_box, smoothed_hu
 from segpipe.refine.base import FineContext, RuleReport
 
 __all__ = ["DenseToWallParams", "dense_to_wall", "rule"]
@@ -80,8 +80,7 @@ def dense_to_wall(added: np.ndarray, lung: np.ndarray, hu: np.ndarray, spacing_x
     outer = (slice(max(box[0].start - slab, 0), min(box[0].stop + slab, added.shape[0])),) + box[1:]  # + ribs above, below
     inner = slice(box[0].start - outer[0].start, box[0].stop - outer[0].start)  # box's slices within outer
     seed = added[box]
-    smooth = ndimage.gaussian_filter(np.asarray(hu[outer], np.float32), [0.0] + [p.smooth_mm / s for s in sp_zyx[1:]],
-                                     mode="nearest")
+    smooth = smoothed_hu(hu[outer], [0.0] + [p.smooth_mm / s for s in sp_zyx[1:]])
     # ribs run obliquely: those within a slab above and below a slice bound it
     rib = ndimage.maximum_filter1d(smooth > p.rib_hu, size=2 * slab + 1, axis=0, mode="constant")[inner]
     smooth = smooth[inner]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from segpipe.refine._util import bounding_box, disk, map_parallel
+from segpipe.refine._util import bounding_box, disk, map_parallel, smoothed_hu
 from segpipe.refine.base import RuleReport, ScanContext
 
 __all__ = ["EdgeSnapParams", "snap_edges", "snap_label_edges", "rule"]
@@ -56,7 +56,7 @@ def snap_edges(lung: np.ndarray, hu: np.ndarray, spacing_yx: tuple[float, float]
     if box is None:
         return out
     sigma = tuple(p.smooth_mm / float(s) for s in spacing_yx)
-    smooth = ndimage.gaussian_filter(np.asarray(hu[box], np.float32), sigma=sigma, mode="nearest")
+    smooth = smoothed_hu(hu[box], sigma)
     air = (smooth > p.hu[0]) & (smooth < p.hu[1])
     m = lung[box]
     core = ndimage.binary_erosion(m, se, border_value=1)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from segpipe.refine._util import CROSS2, bounding_box, map_parallel
+from segpipe.refine._util import CROSS2, bounding_box, map_parallel, smoothed_hu
 from segpipe.refine.base import RuleReport, ScanContext
 
 __all__ = ["FatParams", "fat_in_lung", "clear_fat", "rule"]
@@ -47,7 +47,7 @@ def fat_in_lung(lung: np.ndarray, hu: np.ndarray, spacing_yx: tuple[float, float
     if box is None:
         return out
     sigma = tuple(p.smooth_mm / float(s) for s in spacing_yx)
-    smooth = ndimage.gaussian_filter(np.asarray(hu[box], np.float32), sigma=sigma, mode="nearest")
+    smooth = smoothed_hu(hu[box], sigma)
     fat = lung[box] & (smooth > p.hu[0]) & (smooth < p.hu[1])
     if not fat.any():
         return out

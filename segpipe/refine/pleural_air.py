@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from segpipe.refine._util import FULL, bounding_box, component_sizes, ellipsoid, face_neighbour_of
+from segpipe.refine._util import FULL, bounding_box, component_sizes, ellipsoid, face_neighbour_of, smoothed_hu
 from segpipe.refine.base import FineContext, RuleReport
 
 __all__ = ["PleuralAirParams", "pleural_air", "rule"]
@@ -130,7 +130,7 @@ def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, floa
     if box is None:
         return out
     m = lung[box]
-    smooth = ndimage.gaussian_filter(np.asarray(hu[box], np.float32), [p.smooth_mm / s for s in sp_zyx], mode="nearest")
+    smooth = smoothed_hu(hu[box], [p.smooth_mm / s for s in sp_zyx])
     voxel_ml = float(np.prod(sp_zyx)) / 1000.0
     steps = max(1, int(round(p.grow_mm / min(sp_zyx))))
     outside_air = ~m & (smooth < p.hu)

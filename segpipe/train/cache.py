@@ -30,7 +30,7 @@ __all__ = [
     "preprocess_case",
 ]
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the scanner's padding raised to air before resampling, as at inference
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,10 @@ def preprocess_case(
     below_mm: float = 0.0,
     decoy_mm: float = 0.0,
 ) -> CachedCase:
-    """Preprocess one case into ``folder`` (see :func:`build_cache`)."""
+    """Preprocess one case into ``folder`` (see :func:`build_cache`). The scanner's padding
+    (below -1024 HU) is raised to air first, as inference does before it resamples."""
     image, _ = spatial.to_canonical(io.read_image(case.image))
+    image = spatial.air_floor(image)
     label, _ = spatial.to_canonical(io.read_image(case.label))
     label = sitk.Cast(label, sitk.sitkUInt8)
     if coarse_size_xyz is not None:
