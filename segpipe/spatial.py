@@ -30,6 +30,10 @@ __all__ = [
     "CANONICAL",
     "air_floor",
     "below_air",
+    "part_read_by",
+    "resample_floored",
+    "resample_padding_raised",
+    "in_plane_image",
     "Box",
     "Geometry",
     "index_to_physical",
@@ -206,11 +210,104 @@ def below_air(image: sitk.Image, floor_hu: float = AIR_HU) -> bool:
 
 def air_floor(image: sitk.Image, floor_hu: float = AIR_HU) -> sitk.Image:
     """``image`` with values below ``floor_hu`` raised to it (a new image; ``image`` itself where
-    none is below). For what is resampled for the networks: the scanner's padding outside its
-    reconstruction circle (-2048, -3024) is no attenuation, and interpolated into the voxels
-    along the circle it would make lung there darker than air. The networks' intensity window
-    clips below air anyway."""
+    none is below). The scanner's padding outside its reconstruction circle (-2048, -3024) is no
+    attenuation, and interpolated into the voxels along the circle it would make lung there
+    darker than air; the networks' intensity window clips below air anyway. For a large scan,
+    :func:`resample_floored` resamples without a floored copy of the whole of it."""
     return sitk.Clamp(image, lowerBound=floor_hu) if below_air(image, floor_hu) else image
+
+
+def part_read_by(image: sitk.Image, grid: sitk.Image) -> sitk.Image:
+    """The voxels of ``image`` that (linear) resampling onto ``grid`` reads: those within two
+    voxels of the grid's extent, as an exact copy with its own origin (``image`` itself where
+    that is all of it or the grid lies beyond it). Resampling the part gives the same values."""
+    size = np.asarray(grid.GetSize())
+    corners = [grid.TransformIndexToPhysicalPoint([int(c) for c in np.where(bits, size - 1, 0)]) for bits in np.ndindex(2, 2, 2)]
+    idx = np.array([image.TransformPhysicalPointToContinuousIndex(c) for c in corners])
+    n = np.asarray(image.GetSize())
+    lo = np.clip(np.floor(idx.min(axis=0)).astype(int) - 2, 0, n)
+    hi = np.clip(np.ceil(idx.max(axis=0)).astype(int) + 3, lo, n)
+    if np.any(hi <= lo) or (np.all(lo == 0) and np.all(hi == n)):
+        return image
+    return image[int(lo[0]):int(hi[0]), int(lo[1]):int(hi[1]), int(lo[2]):int(hi[2])]
+
+
+FLOOR_CHUNK_VOXELS = 32 * 2**20  # :func:`resample_floored` floors at most about this many input voxels at a time
+
+
+def resample_floored(image: sitk.Image, grid: sitk.Image, *, floor_hu: float = AIR_HU, default_value: float = -1024.0,
+                     output_pixel_type: int = sitk.sitkFloat32) -> sitk.Image:
+    """``image`` (HU) resampled (linear) onto ``grid``'s geometry with its values below
+    ``floor_hu`` raised to it first (:func:`air_floor`): the same values as
+    ``resample_to_reference(air_floor(image), grid)``, without a floored copy of all of ``image``
+    (slabs of ``grid``'s slices, each from the part of ``image`` it reads)."""
+    if not below_air(image, floor_hu):
+        return resample_to_reference(image, grid, default_value=default_value, output_pixel_type=output_pixel_type)
+    nx, ny, nz = grid.GetSize()
+    per_slice = max(1.0, float(np.prod(image.GetSize())) / nz)  # input voxels per output slice, about
+    step = max(1, int(FLOOR_CHUNK_VOXELS // per_slice))
+    if step >= nz:
+        return resample_to_reference(air_floor(part_read_by(image, grid), floor_hu), grid, default_value=default_value,
+                                     output_pixel_type=output_pixel_type)
+    out = None
+    for k in range(0, nz, step):
+        sub = grid[:, :, k:k + step]
+        part = sitk.GetArrayFromImage(resample_to_reference(air_floor(part_read_by(image, sub), floor_hu), sub,
+                                                            default_value=default_value, output_pixel_type=output_pixel_type))
+        if out is None:
+            out = np.empty((nz, ny, nx), part.dtype)
+        out[k:k + part.shape[0]] = part
+    result = sitk.GetImageFromArray(out)
+    result.CopyInformation(grid)
+    return result
+
+
+def in_plane_image(footprint: np.ndarray, like: sitk.Image | Geometry) -> sitk.Image | None:
+    """A ``(y, x)`` mask over ``like``'s slices as a 2D float32 image with ``like``'s in-plane
+    geometry (for :func:`resample_padding_raised`), or ``None`` where ``like``'s slices are not
+    axial planes of its frame (an oblique z axis)."""
+    d = np.asarray(like.GetDirection(), float).reshape(3, 3)
+    if not (np.allclose(d[:2, 2], 0.0) and np.allclose(d[2, :2], 0.0)):
+        return None
+    out = sitk.GetImageFromArray(np.asarray(footprint, np.float32))
+    out.SetSpacing(tuple(float(v) for v in like.GetSpacing()[:2]))
+    out.SetOrigin(tuple(float(v) for v in like.GetOrigin()[:2]))
+    out.SetDirection(tuple(float(v) for v in d[:2, :2].ravel()))
+    return out
+
+
+def resample_padding_raised(image: sitk.Image, grid: sitk.Image, padding: sitk.Image | None, value: float, *,
+                            floor_hu: float = AIR_HU, default_value: float = -1024.0) -> sitk.Image:
+    """``image`` (HU) resampled (linear, float32) onto ``grid``'s geometry as if the scanner's
+    padding, of ``value`` at the same pixels of every slice (``padding``: that footprint from
+    :func:`in_plane_image`, in ``image``'s frame), were ``floor_hu`` instead: exactly
+    :func:`resample_floored`'s values where nothing else lies below ``floor_hu``, without
+    touching the whole scan. Linear interpolation is linear in the values: the padding's share
+    of each point is the footprint interpolated in-plane, the same in every slice. Padding at
+    or above ``floor_hu`` is resampled as it is; ``padding`` ``None`` (an oblique scan) takes
+    :func:`resample_floored`."""
+    if value < floor_hu and padding is None:
+        return resample_floored(image, grid, floor_hu=floor_hu, default_value=default_value)
+    out = resample_to_reference(image, grid, default_value=default_value, output_pixel_type=sitk.sitkFloat32)
+    if value >= floor_hu or padding is None:
+        return out
+    d = np.asarray(grid.GetDirection(), float).reshape(3, 3)
+    flat = sitk.Image([int(v) for v in grid.GetSize()[:2]], sitk.sitkUInt8)
+    flat.SetSpacing(tuple(float(v) for v in grid.GetSpacing()[:2]))
+    flat.SetOrigin(tuple(float(v) for v in grid.GetOrigin()[:2]))
+    flat.SetDirection(tuple(float(v) for v in d[:2, :2].ravel()))
+    share = sitk.GetArrayFromImage(sitk.Resample(padding, flat, sitk.Transform(), sitk.sitkLinear, 0.0, sitk.sitkFloat32))
+    # the grid's slices that lie on the scan (elsewhere: the default value, nothing interpolated)
+    nz = grid.GetSize()[2]
+    zs = [image.TransformPhysicalPointToContinuousIndex(grid.TransformIndexToPhysicalPoint((0, 0, k)))[2] for k in range(nz)]
+    on_scan = (np.asarray(zs) >= -0.5) & (np.asarray(zs) < image.GetSize()[2] - 0.5)
+    if not share.any() or not on_scan.any():
+        return out
+    values = sitk.GetArrayFromImage(out)
+    values[on_scan] += np.float32(floor_hu - value) * share[None]
+    result = sitk.GetImageFromArray(values)
+    result.CopyInformation(out)
+    return result
 
 
 def resample_image(
@@ -220,6 +317,7 @@ def resample_image(
     interpolation: Literal["linear", "bspline"] = "linear",
     default_value: float = -1024.0,
     output_pixel_type: int | None = sitk.sitkFloat32,
+    padding: tuple[sitk.Image | None, float] | None = None,
 ) -> sitk.Image:
     """Resample an intensity image (HU) to ``spacing_xyz`` mm.
 
@@ -230,9 +328,20 @@ def resample_image(
         default_value: HU for points outside the input (air, -1024).
         output_pixel_type: SimpleITK pixel type of the result (float32 by default; ``None``
             keeps the input's type).
+        padding: the scanner's padding, raised to air before interpolating (linear only; see
+            :func:`resample_padding_raised`).
     """
     if interpolation not in _IMAGE_INTERP:
         raise GeometryError(f"image interpolation must be one of {sorted(_IMAGE_INTERP)}, got {interpolation!r}")
+    if padding is not None:
+        if interpolation != "linear" or output_pixel_type != sitk.sitkFloat32:
+            raise GeometryError("padding: linear interpolation to float32 only")
+        size, origin = _grid_for_spacing(image, _check_spacing(spacing_xyz))
+        grid = sitk.Image(list(size), sitk.sitkUInt8)
+        grid.SetSpacing(tuple(float(v) for v in spacing_xyz))
+        grid.SetOrigin(origin)
+        grid.SetDirection(image.GetDirection())
+        return resample_padding_raised(image, grid, *padding, default_value=default_value)
     return resample_to_spacing(
         image, spacing_xyz, interpolator=_IMAGE_INTERP[interpolation], default_value=default_value,
         output_pixel_type=output_pixel_type,

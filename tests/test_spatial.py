@@ -105,9 +105,68 @@ def test_air_floor_raises_padding_to_air_and_leaves_other_scans_alone() -> None:
     # interpolated along the padding's edge, the lung is no darker than air
     half = spatial.resample_image(out, (1.4, 0.7, 2.5))
     assert sitk.GetArrayViewFromImage(half).min() >= spatial.AIR_HU
-    assert sitk.GetArrayViewFromImage(spatial.resample_image(image, (1.4, 0.7, 2.5))).min() < spatial.AIR_HU
+    assert sitk.GetArrayFromImage(spatial.resample_image(image, (1.4, 0.7, 2.5))).min() < spatial.AIR_HU
     plain = sitk.GetImageFromArray(np.full((4, 6, 8), -1024, np.int16))
     assert spatial.air_floor(plain) is plain  # nothing below air: the same image, no copy
+
+
+@pytest.mark.parametrize("chunk", [10**9, 5000])
+def test_resample_floored_equals_resampling_the_floored_scan(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Slab by slab, each from the part of the scan it reads, the values are exactly those of
+    resampling a floored copy of the whole scan (which it does not make); onto a grid over part
+    of the scan only that part is read."""
+    rng = np.random.default_rng(0)
+    array = rng.integers(-1000, 400, size=(80, 60, 70)).astype(np.int16)
+    array[:, :, :20] = -3024
+    image = sitk.GetImageFromArray(array)
+    image.SetSpacing((0.7, 0.8, 2.5))
+    image.SetOrigin((3.0, -4.0, 10.0))
+    monkeypatch.setattr(spatial, "FLOOR_CHUNK_VOXELS", chunk)
+    expected = spatial.resample_image(spatial.air_floor(image), (4.0, 4.0, 4.0))
+    whole = spatial.resample_floored(image, expected)
+    assert spatial.same_geometry(whole, expected, atol_mm=1e-9)
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(whole), sitk.GetArrayViewFromImage(expected))
+    lattice = spatial.lattice_grid(image, (1.5, 1.5, 1.5), spatial.Box((10.0, 0.0, 40.0), (30.0, 30.0, 120.0)))
+    part = spatial.part_read_by(image, lattice)
+    assert np.prod(part.GetSize()) < 0.5 * np.prod(image.GetSize())
+    got, want = (sitk.GetArrayFromImage(spatial.resample_to_reference(src, lattice, default_value=-1024.0,
+                                                                     output_pixel_type=sitk.sitkFloat32))
+                 for src in (part, image))
+    np.testing.assert_array_equal(got, want)  # the part holds every voxel the lattice reads
+    np.testing.assert_array_equal(sitk.GetArrayFromImage(spatial.resample_floored(image, lattice)),
+                                  sitk.GetArrayFromImage(spatial.resample_to_reference(
+                                      spatial.air_floor(image), lattice, default_value=-1024.0, output_pixel_type=sitk.sitkFloat32)))
+    plain = sitk.GetImageFromArray(np.maximum(array, -1024).astype(np.int16))
+    plain.CopyInformation(image)
+    np.testing.assert_array_equal(sitk.GetArrayFromImage(spatial.resample_floored(plain, expected)),
+                                  sitk.GetArrayViewFromImage(expected))
+
+
+@pytest.mark.parametrize("spacing", [(4.0, 4.0, 4.0), (1.5, 1.5, 1.5)])
+def test_resampling_with_the_padding_raised_equals_resampling_the_floored_scan(spacing: tuple[float, float, float]) -> None:
+    """The scanner's padding (-3024 at the same pixels of every slice) raised to air by its
+    in-plane share of each point gives the values of resampling a floored copy of the scan,
+    on the coarse grid and on a fine lattice over part of it; padding at air changes nothing."""
+    rng = np.random.default_rng(1)
+    array = rng.integers(-1000, 400, size=(40, 60, 70)).astype(np.int16)
+    yy, xx = np.mgrid[:60, :70]
+    footprint = (yy - 30) ** 2 + (xx - 35) ** 2 > 27**2
+    array[:, footprint] = -3024
+    image = sitk.GetImageFromArray(array)
+    image.SetSpacing((0.7, 0.8, 2.5))
+    image.SetOrigin((3.0, -4.0, 10.0))
+    padding = (spatial.in_plane_image(footprint, image), -3024.0)
+    got = spatial.resample_image(image, spacing, padding=padding)
+    expected = spatial.resample_image(spatial.air_floor(image), spacing)
+    np.testing.assert_allclose(sitk.GetArrayViewFromImage(got), sitk.GetArrayViewFromImage(expected), atol=1e-3)
+    lattice = spatial.lattice_grid(image, spacing, spatial.Box((10.0, 0.0, 20.0), (40.0, 30.0, 120.0)))
+    np.testing.assert_allclose(sitk.GetArrayFromImage(spatial.resample_padding_raised(image, lattice, *padding)),
+                               sitk.GetArrayFromImage(spatial.resample_floored(image, lattice)), atol=1e-3)
+    assert sitk.GetArrayFromImage(spatial.resample_image(image, spacing)).min() < spatial.AIR_HU  # as it is: darker than air
+    same = spatial.resample_image(image, spacing, padding=(padding[0], -1024.0))
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(same), sitk.GetArrayFromImage(spatial.resample_image(image, spacing)))
+    oblique = spatial.Geometry(image.GetSize(), image.GetSpacing(), image.GetOrigin(), (1.0, 0.0, 0.0, 0.0, 0.8, 0.6, 0.0, -0.6, 0.8))
+    assert spatial.in_plane_image(footprint, oblique) is None  # its slices are not axial: the floored path instead
 
 
 @pytest.mark.parametrize("interpolation", ["nearest", "label_gaussian"])

@@ -27,7 +27,7 @@ from segpipe.refine import (
     body_midline_x,
     coarse_airways,
     join_cut_pieces,
-    padding_footprint,
+    padding_of,
     piece_side,
     side_boundary,
     skin_slack,
@@ -126,20 +126,21 @@ def positions_in(grid: spatial.Geometry, ref: spatial.Geometry) -> list[np.ndarr
     return [(shift[a] + np.arange(grid.GetSize()[a]) * grid.GetSpacing()[a]) / ref.GetSpacing()[a] for a in range(3)]
 
 
-def _padding_on(canonical: sitk.Image, coarse_img: sitk.Image, s: Settings) -> np.ndarray | None:
+def _padding_on(canonical: sitk.Image, coarse_img: sitk.Image, found: tuple[np.ndarray, float] | None,
+                s: Settings) -> np.ndarray | None:
     """The scanner's padding on the coarse grid, ``(z, y, x)``: the coarse voxels whose centres
     fall on it in the scan's own voxels, where these lie below ``padding_hu`` (-2048, -3024) or
-    on the footprint of padding with the value of air (:func:`segpipe.refine.padding_footprint`).
-    Found on the scan's own voxels: the coarse grid is resampled from the scan with the padding
-    raised to air (:func:`segpipe.spatial.air_floor`), and a coarse voxel that mixes padding
-    and lung along the circle is the scan's, not padding. ``None`` where there is none."""
+    on the footprint ``found`` (:func:`segpipe.refine.padding_of`; also padding with the value
+    of air). Found on the scan's own voxels: the coarse grid is resampled with the padding
+    raised to air (:func:`segpipe.spatial.resample_padding_raised`), and a coarse voxel that
+    mixes padding and lung along the circle is the scan's, not padding. ``None`` where there is
+    none."""
     hu = sitk.GetArrayViewFromImage(canonical)
     px, py, pz = positions_in(spatial.Geometry.of(coarse_img), spatial.Geometry.of(canonical))
     ix, iy, iz = (np.clip(np.rint(p).astype(int), 0, n - 1) for p, n in zip((px, py, pz), canonical.GetSize()))
     padding = hu[np.ix_(iz, iy, ix)] < s.rules.body.padding_hu
-    footprint = padding_footprint(hu, s.rules.body)
-    if footprint is not None:
-        padding |= footprint[np.ix_(iy, ix)][None]
+    if found is not None:
+        padding |= found[0][np.ix_(iy, ix)][None]
     return padding if padding.any() else None
 
 
@@ -157,6 +158,9 @@ class CoarseResult:
         body: ``(z, y, x)`` inside the body.
         airways: ``(z, y, x)`` the trachea and main bronchi (empty when that rule is off).
         boxes: per side found, its box in physical mm (canonical).
+        padding: the scanner's padding in the scan (:func:`segpipe.spatial.in_plane_image` of
+            its footprint, and its value), for the fine stage to raise it to air as the coarse
+            stage did; ``None`` where there is none.
     """
 
     geometry: spatial.Geometry
@@ -166,6 +170,7 @@ class CoarseResult:
     body: np.ndarray
     airways: np.ndarray
     boxes: dict[str, spatial.Box]
+    padding: tuple[sitk.Image | None, float] | None = None
 
     def inside_on(self, grid: spatial.Geometry) -> np.ndarray:
         """The body less the airways, looked up (nearest voxel) on ``grid`` (canonical
@@ -250,7 +255,9 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     from segpipe.model import any_lung, sliding_window_probs
 
     coarse_mm = spatial.spacing_for_size(canonical, tuple(s.coarse_size_xyz)) if s.coarse_size_xyz else s.coarse_mm
-    coarse_img = spatial.resample_image(spatial.air_floor(canonical), coarse_mm)
+    found = padding_of(sitk.GetArrayViewFromImage(canonical), s.rules.body)  # the scanner's padding: raised to air
+    padding_in_plane = None if found is None else (spatial.in_plane_image(found[0], canonical), found[1])
+    coarse_img = spatial.resample_image(canonical, coarse_mm, padding=padding_in_plane)
     array = sitk.GetArrayFromImage(coarse_img)
     net = load_network("coarse", s.coarse, weights, s.device)
     probs = sliding_window_probs(net, array, s.coarse, s.window_hu, s.device, accumulate_on=s.device,
@@ -266,7 +273,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     hu = sitk.GetArrayViewFromImage(coarse_img)
     # the fine stage's lungs must lie inside the body itself (no slack: the chest wall is
     # thicker than a coarse voxel), the coarse lungs within one voxel of it (partial volume)
-    padding = _padding_on(canonical, coarse_img, s)
+    padding = _padding_on(canonical, coarse_img, found, s)
     body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body, padding=padding, lung=lung & confident)
     edge = view_edge(hu, padding, s.rules.body)
     # a lung needs enough confident lung: smaller or unsure finds are gas in the bowel or
@@ -303,7 +310,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     airways = coarse_airways(hu, body, coarse_img.GetSpacing(), s.rules.airways)
     result = CoarseResult(
         spatial.Geometry.of(coarse_img), tuple(coarse_img.GetSpacing()),  # type: ignore[arg-type]
-        spatial.copy_geometry(np.asarray(lung, np.float32), coarse_img), sides, body, airways, boxes,
+        spatial.copy_geometry(np.asarray(lung, np.float32), coarse_img), sides, body, airways, boxes, padding_in_plane,
     )
     warnings = [] if boxes else ["no lung found: the scan may not include the chest; the mask is empty"]
     return result, warnings

@@ -93,8 +93,10 @@ def _run_once(region: Region, source: ScanSource, geometry: spatial.Geometry, co
     # the region's part of the fine grid of the whole scan (same lattice): the result does not
     # depend on where exactly the box starts, and no original-resolution crop is copied
     lattice = spatial.lattice_grid(geometry, s.fine_mm, region.context)
-    fine = spatial.resample_to_reference(source.for_lattice(lattice), lattice, interpolator=sitk.sitkLinear, default_value=-1024.0,
-                                         output_pixel_type=sitk.sitkFloat32)
+    if coarse.padding is None:
+        fine = spatial.resample_to_reference(source.image, lattice, default_value=-1024.0, output_pixel_type=sitk.sitkFloat32)
+    else:  # the scanner's padding raised to air, as for the coarse stage
+        fine = spatial.resample_padding_raised(source.image, lattice, *coarse.padding)
     grid = spatial.Geometry.of(fine)
     hu = sitk.GetArrayFromImage(fine)
     del fine

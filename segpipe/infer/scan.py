@@ -118,23 +118,6 @@ class ScanSource:
         region = canonical[int(start[0]):int(stop[0]), int(start[1]):int(stop[1]), int(start[2]):int(stop[2])]
         return region, (int(start[0]), int(start[1]), int(start[2]))
 
-    def for_lattice(self, lattice: sitk.Image) -> sitk.Image:
-        """What resampling onto ``lattice`` reads (the held voxels within two of its extent),
-        with the scanner's padding raised to air (:func:`segpipe.spatial.air_floor`): the held
-        image itself where none of it lies below air, else a floored copy of that part only."""
-        image = self.image
-        if not spatial.below_air(image):
-            return image
-        size = np.asarray(lattice.GetSize())
-        corners = [lattice.TransformIndexToPhysicalPoint([int(c) for c in np.where(bits, size - 1, 0)])
-                   for bits in np.ndindex(2, 2, 2)]
-        idx = np.array([image.TransformPhysicalPointToContinuousIndex(c) for c in corners])
-        lo = np.clip(np.floor(idx.min(axis=0)).astype(int) - 2, 0, np.asarray(image.GetSize()))
-        hi = np.clip(np.ceil(idx.max(axis=0)).astype(int) + 3, lo, np.asarray(image.GetSize()))
-        if np.any(hi <= lo):  # the lattice lies beyond the held voxels: nothing to read
-            return image
-        return spatial.air_floor(image[int(lo[0]):int(hi[0]), int(lo[1]):int(hi[1]), int(lo[2]):int(hi[2])])
-
     def release(self) -> None:
         """Drop the held voxels (when this call read the scan, their memory goes back)."""
         self.image = None  # type: ignore[assignment]

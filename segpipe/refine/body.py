@@ -15,7 +15,7 @@ from segpipe.refine._util import CROSS2, FULL, component_sizes, label, map_paral
 from segpipe.refine.base import RuleReport, ScanContext
 from segpipe.refine.components import fill_slice_holes
 
-__all__ = ["BodyParams", "padding_footprint", "body_interior", "body_in_view", "skin_slack", "body_midline_x", "body_cut_side", "rule"]
+__all__ = ["BodyParams", "padding_footprint", "padding_of", "body_interior", "body_in_view", "skin_slack", "body_midline_x", "body_cut_side", "rule"]
 
 
 @dataclass(frozen=True)
@@ -68,12 +68,20 @@ MIN_PADDING_SLICES = 4
 
 def padding_footprint(hu_zyx: np.ndarray, p: BodyParams = BodyParams()) -> np.ndarray | None:
     """``(y, x)`` pixels beyond the scanner's reconstruction circle, or ``None`` when there
-    are none: a value at most ``p.padding_max_hu`` that a corner of the first slice holds (the
-    circle leaves the corners out), at the same pixels of every slice, in regions that reach
-    the array's border. This finds padding that has the value of air (-1024), which
-    :func:`body_in_view`'s ``padding_hu`` cannot tell from the air around a patient, on the
-    scan's own voxels (resampling blurs the constancy away); darker voxels elsewhere (noise,
-    streaks) do not matter. Needs at least :data:`MIN_PADDING_SLICES` slices."""
+    are none (:func:`padding_of`'s footprint)."""
+    found = padding_of(hu_zyx, p)
+    return None if found is None else found[0]
+
+
+def padding_of(hu_zyx: np.ndarray, p: BodyParams = BodyParams()) -> tuple[np.ndarray, float] | None:
+    """The scanner's padding beyond its reconstruction circle, as its ``(y, x)`` footprint and
+    its value, or ``None`` when there is none: a value at most ``p.padding_max_hu`` that a
+    corner of the first slice holds (the circle leaves the corners out), at the same pixels of
+    every slice, in regions that reach the array's border. This finds padding that has the
+    value of air (-1024), which :func:`body_in_view`'s ``padding_hu`` cannot tell from the air
+    around a patient, on the scan's own voxels (resampling blurs the constancy away), and the
+    padding below air (-2048, -3024); darker voxels elsewhere (noise, streaks) do not matter.
+    Needs at least :data:`MIN_PADDING_SLICES` slices."""
     hu = np.asarray(hu_zyx)
     if hu.ndim != 3 or hu.shape[0] < MIN_PADDING_SLICES or hu.size == 0:
         return None
@@ -90,7 +98,7 @@ def padding_footprint(hu_zyx: np.ndarray, p: BodyParams = BodyParams()) -> np.nd
         border = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
         border = border[border > 0]
         if border.size:
-            return np.isin(labels, border)
+            return np.isin(labels, border), value
     return None
 
 
