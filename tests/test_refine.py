@@ -1553,29 +1553,29 @@ def _circle_outside(shape: tuple[int, int]) -> np.ndarray:
     return (yy - (shape[0] - 1) / 2) ** 2 + (xx - (shape[1] - 1) / 2) ** 2 > r * r
 
 
-def test_padding_footprint_finds_air_valued_padding_not_air() -> None:
-    from segpipe.refine import padding_footprint
+def test_padding_of_finds_air_valued_padding_not_air() -> None:
+    from segpipe.refine import padding_of
 
     rng = np.random.default_rng(1)
     hu = np.repeat(_coarse_chest_slice(), 6, axis=0) + rng.normal(0, 8, (6, 60, 60)).astype(np.float32)
     hu = np.maximum(hu, -1024.0)  # air clipped at -1024 here and there, as scanners store it
     hu[0, 0, 0] = hu[0, -1, -1] = -1024.0  # the first slice's corners among them
-    assert padding_footprint(hu) is None  # noisy air is not padding, even where clipped
+    assert padding_of(hu) is None  # noisy air is not padding, even where clipped
     outside = _circle_outside(hu.shape[1:])
     padded = hu.copy()
     padded[:, outside] = -1024.0
-    np.testing.assert_array_equal(padding_footprint(padded), outside)
-    assert padding_footprint(padded[:3]) is None  # too few slices to tell
+    np.testing.assert_array_equal(padding_of(padded)[0], outside)
+    assert padding_of(padded[:3]) is None  # too few slices to tell
     padded[:, outside] = -3024.0
-    np.testing.assert_array_equal(padding_footprint(padded), outside)
-    assert padding_footprint(padded + 2100.0) is None  # the padding's value (-924) is not air-like
+    np.testing.assert_array_equal(padding_of(padded)[0], outside)
+    assert padding_of(padded + 2100.0) is None  # the padding's value (-924) is not air-like
     padded[:, outside] = -1024.0
     padded[2, 30, 30] = -1200.0  # a darker voxel elsewhere (noise, a streak) changes nothing
-    np.testing.assert_array_equal(padding_footprint(padded), outside)
+    np.testing.assert_array_equal(padding_of(padded)[0], outside)
 
 
 def test_body_in_view_keeps_lungs_cut_by_a_circle_padded_with_air() -> None:
-    from segpipe.refine import body_in_view, padding_footprint
+    from segpipe.refine import body_in_view, padding_of
 
     hu = np.repeat(_coarse_chest_slice(), 5, axis=0)
     n = hu.shape[1]
@@ -1585,7 +1585,7 @@ def test_body_in_view_keeps_lungs_cut_by_a_circle_padded_with_air() -> None:
     lungs = (crop[0] > -950) & (crop[0] < -500)
     lungs[int(0.8 * n):] = False  # not the mattress
     assert body_in_view(crop, (4.0, 4.0, 4.0))[0][lungs].mean() < 0.5  # the circle taken for air around the patient
-    body = body_in_view(crop, (4.0, 4.0, 4.0), padding=padding_footprint(crop))[0]
+    body = body_in_view(crop, (4.0, 4.0, 4.0), padding=padding_of(crop)[0])[0]
     assert body[lungs].mean() > 0.98 and not body[outside].any()
 
 
@@ -1610,7 +1610,7 @@ def test_body_in_view_leaves_out_air_gaps_between_the_patient_and_the_circle() -
     air remain between the body and the circle in front and behind. They are air around the
     patient (mostly pure air, partial volume at the skin and the ring at the circle
     notwithstanding), whatever the padding's value."""
-    from segpipe.refine import body_in_view, padding_footprint
+    from segpipe.refine import body_in_view, padding_of
 
     rng = np.random.default_rng(3)
     n, mm = 240, 1.0
@@ -1625,7 +1625,7 @@ def test_body_in_view_leaves_out_air_gaps_between_the_patient_and_the_circle() -
         scan.SetSpacing((mm, mm, 5.0))
         coarse = spatial.resample_image(scan, (3.0, 3.0, 5.0))
         a = sitk.GetArrayFromImage(coarse)
-        fp = padding_footprint(hu)
+        fp = padding_of(hu)
         fp_c = None if fp is None else fp[::3, ::3][:a.shape[1], :a.shape[2]]
         got = body_in_view(a, (3.0, 3.0, 5.0), padding=fp_c)[0]
         gaps = ~body[::3, ::3][:a.shape[1], :a.shape[2]] & ~outside[::3, ::3][:a.shape[1], :a.shape[2]]

@@ -15,7 +15,7 @@ from segpipe.refine._util import CROSS2, FULL, component_sizes, label, map_paral
 from segpipe.refine.base import RuleReport, ScanContext
 from segpipe.refine.components import fill_slice_holes
 
-__all__ = ["BodyParams", "padding_footprint", "padding_of", "body_interior", "body_in_view", "skin_slack", "body_midline_x", "body_cut_side", "rule"]
+__all__ = ["BodyParams", "padding_of", "body_interior", "body_in_view", "skin_slack", "body_midline_x", "body_cut_side", "rule"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class BodyParams:
         padding_max_hu: padding at or above ``padding_hu`` (-1024, what many scanners write
             outside the circle, the value of air) is found by its constancy instead: a corner's
             value, at most this, at the same pixels of every slice, over a region that reaches
-            the array's border (:func:`padding_footprint`). Air around a
+            the array's border (:func:`padding_of`). Air around a
             patient has noise and moves with the body from slice to slice; padding does not.
         part_share: a slice's inside is the patient's where connected pieces of it have at
             least this share of the largest one's area (the torso; arms beside it are smaller,
@@ -62,15 +62,8 @@ class BodyParams:
     part_share: float = 0.3
 
 
-#: fewest slices for :func:`padding_footprint`: in fewer, clipped air may look constant
+#: fewest slices for :func:`padding_of`: in fewer, clipped air may look constant
 MIN_PADDING_SLICES = 4
-
-
-def padding_footprint(hu_zyx: np.ndarray, p: BodyParams = BodyParams()) -> np.ndarray | None:
-    """``(y, x)`` pixels beyond the scanner's reconstruction circle, or ``None`` when there
-    are none (:func:`padding_of`'s footprint)."""
-    found = padding_of(hu_zyx, p)
-    return None if found is None else found[0]
 
 
 def padding_of(hu_zyx: np.ndarray, p: BodyParams = BodyParams()) -> tuple[np.ndarray, float] | None:
@@ -132,7 +125,7 @@ def body_in_view(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], p: BodyPara
     the scan's edge (canonical LPS: high y) over ``p.table_share`` of its width (the table's
     mattress): a lung or bowel loop that the field of view cuts is inside. The scanner's
     padding is never body: what lies below ``p.padding_hu`` and what ``padding`` marks (a
-    ``(z, y, x)`` mask, or a ``(y, x)`` footprint such as :func:`padding_footprint`'s). Given ``lung``
+    ``(z, y, x)`` mask, or a ``(y, x)`` footprint such as :func:`padding_of`'s). Given ``lung``
     (``(z, y, x)``, what the coarse network calls lung), a region along the posterior edge that
     is ``p.table_lung_share`` lung or more is not the mattress: the network sees the ribs and
     the spine around a lung that the view's posterior arc cuts."""
