@@ -1625,7 +1625,8 @@ def test_body_in_view_leaves_out_air_gaps_between_the_patient_and_the_circle() -
         scan.SetSpacing((mm, mm, 5.0))
         coarse = spatial.resample_image(scan, (3.0, 3.0, 5.0))
         a = sitk.GetArrayFromImage(coarse)
-        fp = padding_of(hu)
+        found = padding_of(hu)
+        fp = None if found is None else found[0]
         fp_c = None if fp is None else fp[::3, ::3][:a.shape[1], :a.shape[2]]
         got = body_in_view(a, (3.0, 3.0, 5.0), padding=fp_c)[0]
         gaps = ~body[::3, ::3][:a.shape[1], :a.shape[2]] & ~outside[::3, ::3][:a.shape[1], :a.shape[2]]
