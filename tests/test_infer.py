@@ -1221,6 +1221,25 @@ def test_coarse_padding_lies_where_coarse_voxel_centres_fall_on_it() -> None:
     assert ((mixed < BodyParams().padding_hu) & ~masks[0]).any()  # what the raw values would have made padding
 
 
+def test_scanned_slices_leave_out_blank_slices_at_the_scans_ends() -> None:
+    """The coarse slices whose centres lie on the scan's blank end slices (nothing above the
+    body's threshold) are beyond the scanned range; blank slices between others, or a scan
+    without any, change nothing."""
+    a = np.full((20, 8, 8), -1024.0, np.float32)
+    a[3:18, 2:6, 2:6] = 40.0  # the patient in slices 3-17
+    scan = sitk.GetImageFromArray(a)
+    scan.SetSpacing((4.0, 4.0, 2.0))
+    coarse_img = spatial.resample_image(scan, (4.0, 4.0, 4.0))  # 10 slices
+    zs = coarse.scanned_slices(scan, coarse_img, -500.0)
+    assert (zs.start, zs.stop) == (2, 9)  # centres at scan index 0.5, 2.5, ..: those of 4.5 .. 16.5 (nearest 4 .. 16)
+    a[8] = -1024.0  # a blank slice inside: still one range
+    assert coarse.scanned_slices(sitk.GetImageFromArray(a), sitk.GetImageFromArray(a), -500.0) == slice(3, 18)
+    a[:] = 40.0
+    assert coarse.scanned_slices(sitk.GetImageFromArray(a), sitk.GetImageFromArray(a), -500.0) == slice(None)
+    a[:] = -1024.0
+    assert coarse.scanned_slices(sitk.GetImageFromArray(a), sitk.GetImageFromArray(a), -500.0) == slice(None)
+
+
 def test_confident_parts_give_gas_at_the_scans_end_no_cut_lung_share() -> None:
     """A find at the scan's edge whose sure voxels are a quarter or more pure air is gas under
     the dome (stomach, colon), not the tip of a lung: it needs the whole minimum and it does not

@@ -4,6 +4,7 @@ The whole scan is resampled to the coarse spacing (4 mm by default) and run thro
 network. Its lung is split into the patient's right and left from geometry; a side counts only
 with ``min_lung_ml`` of confident lung (a twentieth where the scan's edge cuts it); each side's
 box (physical mm, with the training margin and one coarse voxel) is where the fine stage looks.
+The scan's edge is its array's faces, the scanner's padding and the blank slices at its ends.
 The body (inside the skin) and the trachea and main bronchi are found on the same grid: the
 clean-up rules use them.
 """
@@ -144,6 +145,36 @@ def _padding_on(canonical: sitk.Image, coarse_img: sitk.Image, found: tuple[np.n
     return padding if padding.any() else None
 
 
+def scanned_slices(canonical: sitk.Image, coarse_img: sitk.Image, threshold_hu: float) -> slice:
+    """The coarse slices that lie on the scan's own slices, less the blank ones at its ends:
+    slices with nothing above ``threshold_hu`` (the body's) before the first and after the
+    last slice that holds some of the patient. Such a slice (all air: what a resample that
+    rounds its size up, or a scan padded to a length, adds) is beyond the scanned range, so a
+    lung that reaches the slice next to it is cut by the scan's edge there. Whole scan
+    (``slice(None)``) when there is none or nothing but blank slices."""
+    hu = sitk.GetArrayViewFromImage(canonical)
+    n = hu.shape[0]
+    lo = next((z for z in range(n) if (hu[z] > threshold_hu).any()), n)
+    if lo == n:
+        return slice(None)
+    hi = next(z for z in range(n - 1, -1, -1) if (hu[z] > threshold_hu).any())
+    if lo == 0 and hi == n - 1:
+        return slice(None)
+    iz = np.rint(positions_in(spatial.Geometry.of(coarse_img), spatial.Geometry.of(canonical))[2])
+    on = np.flatnonzero((iz >= lo) & (iz <= hi))
+    return slice(int(on[0]), int(on[-1]) + 1) if on.size else slice(None)
+
+
+def _on_grid(part: np.ndarray, zs: slice, shape: tuple[int, ...]) -> np.ndarray:
+    """``part`` (the slices ``zs`` of a ``(z, y, x)`` grid of ``shape``) on the whole grid,
+    zero beyond."""
+    if zs == slice(None):
+        return part
+    whole = np.zeros(shape, part.dtype)
+    whole[zs] = part
+    return whole
+
+
 @dataclass(frozen=True)
 class CoarseResult:
     """What the coarse stage found, on its grid (canonical directions).
@@ -270,11 +301,15 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
         torch.cuda.empty_cache()
     release_freed_memory()
 
-    hu = sitk.GetArrayViewFromImage(coarse_img)
+    full_hu = sitk.GetArrayViewFromImage(coarse_img)
+    # blank slices at the scan's ends are beyond its range: the lungs are found between them
+    zs = scanned_slices(canonical, coarse_img, s.rules.body.hu)
+    padding = _padding_on(canonical, coarse_img, found, s)
+    hu, lung_z, confident, left_vote = full_hu[zs], lung[zs], confident[zs], left_vote[zs]
+    padding = padding[zs] if padding is not None and padding.ndim == 3 else padding
     # the fine stage's lungs must lie inside the body itself (no slack: the chest wall is
     # thicker than a coarse voxel), the coarse lungs within one voxel of it (partial volume)
-    padding = _padding_on(canonical, coarse_img, found, s)
-    body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body, padding=padding, lung=lung & confident)
+    body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body, padding=padding, lung=lung_z & confident)
     edge = view_edge(hu, padding, s.rules.body)
     # a lung needs enough confident lung: smaller or unsure finds are gas in the bowel or
     # stomach. A lung the scan's edge cuts (the bases at the top of an abdominal scan, a slab)
@@ -288,7 +323,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     midline_x = body_midline_x(hu, s.rules.body.hu)
     air = hu < s.rules.body.air_hu
     slack = skin_slack(body)
-    found = confident_parts(lung & slack, confident, voxel_ml, s.min_lung_ml, air=air, air_share=s.rules.body.air_share,
+    found = confident_parts(lung_z & slack, confident, voxel_ml, s.min_lung_ml, air=air, air_share=s.rules.body.air_share,
                             side_of=lambda piece: piece_side(piece, midline_x, left_vote), inside=body, edge=edge)
     outside = air & ~slack if edge is None else air & ~slack & ~edge  # the air beyond the skin, not the scanner's padding
     sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote,
@@ -301,13 +336,14 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
         needed = s.min_lung_ml * (CUT_LUNG_SHARE if _at_edge(side, edge) else 1.0)
         if np.count_nonzero(side & confident) * voxel_ml < needed:
             sides[side] = 0
+    sides, body = (_on_grid(a, zs, full_hu.shape) for a in (sides, body))
     boxes = {}
     extra = max(coarse_img.GetSpacing())
     for side, value in SIDES:
         box = spatial.box_from_mask(spatial.copy_geometry(sides, coarse_img), value)
         if box is not None:
             boxes[side] = box.expand(s.margin_mm + extra)
-    airways = coarse_airways(hu, body, coarse_img.GetSpacing(), s.rules.airways)
+    airways = coarse_airways(full_hu, body, coarse_img.GetSpacing(), s.rules.airways)
     result = CoarseResult(
         spatial.Geometry.of(coarse_img), tuple(coarse_img.GetSpacing()),  # type: ignore[arg-type]
         spatial.copy_geometry(np.asarray(lung, np.float32), coarse_img), sides, body, airways, boxes, padding_in_plane,
