@@ -167,18 +167,21 @@ def test_an_abdominal_scan_gives_its_lung_bases_and_no_bowel(segmenter: LungSegm
     assert ((pred > 0) & gut_or_table).sum() * ml < 5.0
 
 
-def test_a_blank_slice_beyond_the_bases_does_not_hide_them(segmenter: LungSegmenter, chest: tuple[sitk.Image, sitk.Image]) -> None:
+@pytest.mark.parametrize("fill", [-1024, 0])
+def test_a_blank_slice_beyond_the_bases_does_not_hide_them(segmenter: LungSegmenter, chest: tuple[sitk.Image, sitk.Image],
+                                                           fill: int) -> None:
     """The lowest 3 cm of the lungs (bases of 17 and 27 mL, cut at the scan's top) with a slice
-    of air added above them, as a resample that rounds its size up adds: the blank slice is
-    beyond the scanned range, so the bases are still cut by the scan's edge and found as
-    without it. (Counted as whole lungs, they needed 50 mL each and were lost.)"""
+    of air, or of a resample's default value 0, added above them, as a resample that rounds its
+    size up adds: the blank slice is beyond the scanned range, so the bases are still cut by
+    the scan's edge and found as without it. (Counted as whole lungs, they needed 50 mL each
+    and were lost.)"""
     image, label = chest
     lab = sitk.GetArrayViewFromImage(label)
     z = np.flatnonzero((lab > 0).any(axis=(1, 2)))
     top = int(z[0] + 30 / image.GetSpacing()[2])
     part, ref = image[:, :, :top], sitk.GetArrayFromImage(label[:, :, :top])
     a = sitk.GetArrayFromImage(part)
-    scan = sitk.GetImageFromArray(np.concatenate([a, np.full((1, *a.shape[1:]), -1024, a.dtype)]))
+    scan = sitk.GetImageFromArray(np.concatenate([a, np.full((1, *a.shape[1:]), fill, a.dtype)]))
     scan.SetOrigin(part.GetOrigin())
     scan.SetSpacing(part.GetSpacing())
     scan.SetDirection(part.GetDirection())

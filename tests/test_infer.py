@@ -1223,21 +1223,32 @@ def test_coarse_padding_lies_where_coarse_voxel_centres_fall_on_it() -> None:
 
 def test_scanned_slices_leave_out_blank_slices_at_the_scans_ends() -> None:
     """The coarse slices whose centres lie on the scan's blank end slices (nothing above the
-    body's threshold) are beyond the scanned range; blank slices between others, or a scan
-    without any, change nothing."""
+    body's threshold, or one value throughout) are beyond the scanned range; blank slices
+    between others, or a scan without any, change nothing. The second range holds the coarse
+    slices nearest to a scanned slice (where the scan looks the coarse results up)."""
     a = np.full((20, 8, 8), -1024.0, np.float32)
     a[3:18, 2:6, 2:6] = 40.0  # the patient in slices 3-17
     scan = sitk.GetImageFromArray(a)
     scan.SetSpacing((4.0, 4.0, 2.0))
     coarse_img = spatial.resample_image(scan, (4.0, 4.0, 4.0))  # 10 slices
-    zs = coarse.scanned_slices(scan, coarse_img, -500.0)
+    zs, near = coarse.scanned_slices(scan, coarse_img, -500.0)
     assert (zs.start, zs.stop) == (2, 9)  # centres at scan index 0.5, 2.5, ..: those of 4.5 .. 16.5 (nearest 4 .. 16)
+    assert (near.start, near.stop) == (1, 9)  # slice 3 is nearest to the centre at 2.5, which lies on blank slice 2
+
+    def same_grid(x: np.ndarray) -> tuple[slice, slice]:
+        image = sitk.GetImageFromArray(x)
+        return coarse.scanned_slices(image, image, -500.0)
+
+    b = a.copy()
+    b[18:] = 0.0  # a resample's default value: one value throughout, not a scanned slice
+    assert same_grid(b) == (slice(3, 18), slice(3, 18))
     a[8] = -1024.0  # a blank slice inside: still one range
-    assert coarse.scanned_slices(sitk.GetImageFromArray(a), sitk.GetImageFromArray(a), -500.0) == slice(3, 18)
+    assert same_grid(a)[0] == slice(3, 18)
     a[:] = 40.0
-    assert coarse.scanned_slices(sitk.GetImageFromArray(a), sitk.GetImageFromArray(a), -500.0) == slice(None)
+    a[:, 0, 0] = -1000.0  # every slice scanned
+    assert same_grid(a) == (slice(None), slice(None))
     a[:] = -1024.0
-    assert coarse.scanned_slices(sitk.GetImageFromArray(a), sitk.GetImageFromArray(a), -500.0) == slice(None)
+    assert same_grid(a) == (slice(None), slice(None))
 
 
 def test_confident_parts_give_gas_at_the_scans_end_no_cut_lung_share() -> None:

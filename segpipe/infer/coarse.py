@@ -145,33 +145,51 @@ def _padding_on(canonical: sitk.Image, coarse_img: sitk.Image, found: tuple[np.n
     return padding if padding.any() else None
 
 
-def scanned_slices(canonical: sitk.Image, coarse_img: sitk.Image, threshold_hu: float) -> slice:
+def scanned_slices(canonical: sitk.Image, coarse_img: sitk.Image, threshold_hu: float) -> tuple[slice, slice]:
     """The coarse slices that lie on the scan's own slices, less the blank ones at its ends:
-    slices with nothing above ``threshold_hu`` (the body's) before the first and after the
-    last slice that holds some of the patient. Such a slice (all air: what a resample that
-    rounds its size up, or a scan padded to a length, adds) is beyond the scanned range, so a
-    lung that reaches the slice next to it is cut by the scan's edge there. Whole scan
-    (``slice(None)``) when there is none or nothing but blank slices."""
+    slices with nothing above ``threshold_hu`` (the body's), or one value throughout, before
+    the first and after the last slice that holds some of the patient. Such a slice (air or a
+    fill value such as 0: what a resample that rounds its size up, or a scan padded to a
+    length, adds; a scanned slice is never one value) is beyond the scanned range, so a lung
+    that reaches the slice next to it is cut by the scan's edge there. Also the coarse slices
+    that are the nearest to one of the scanned slices (where the scan's voxels look the coarse
+    stage's results up: one more at an end where a coarse slice's centre lies on a blank
+    slice but nearer to a scanned one than its neighbour). Whole scan (``slice(None)``, twice)
+    when there is none or nothing but blank slices."""
     hu = sitk.GetArrayViewFromImage(canonical)
     n = hu.shape[0]
-    lo = next((z for z in range(n) if (hu[z] > threshold_hu).any()), n)
+
+    def scanned(z: int) -> bool:
+        s = hu[z]
+        top = s.max()
+        return bool(top > threshold_hu and s.min() < top)
+
+    lo = next((z for z in range(n) if scanned(z)), n)
     if lo == n:
-        return slice(None)
-    hi = next(z for z in range(n - 1, -1, -1) if (hu[z] > threshold_hu).any())
+        return slice(None), slice(None)
+    hi = next(z for z in range(n - 1, -1, -1) if scanned(z))
     if lo == 0 and hi == n - 1:
-        return slice(None)
-    iz = np.rint(positions_in(spatial.Geometry.of(coarse_img), spatial.Geometry.of(canonical))[2])
+        return slice(None), slice(None)
+    grid, scan = spatial.Geometry.of(coarse_img), spatial.Geometry.of(canonical)
+    iz = np.rint(positions_in(grid, scan)[2])
     on = np.flatnonzero((iz >= lo) & (iz <= hi))
-    return slice(int(on[0]), int(on[-1]) + 1) if on.size else slice(None)
+    if not on.size:
+        return slice(None), slice(None)
+    k = np.clip(np.round(positions_in(scan, grid)[2][[lo, hi]]).astype(int), 0, grid.size[2] - 1)
+    return slice(int(on[0]), int(on[-1]) + 1), slice(int(min(k[0], on[0])), int(max(k[1], on[-1])) + 1)
 
 
-def _on_grid(part: np.ndarray, zs: slice, shape: tuple[int, ...]) -> np.ndarray:
-    """``part`` (the slices ``zs`` of a ``(z, y, x)`` grid of ``shape``) on the whole grid,
-    zero beyond."""
+def _on_grid(part: np.ndarray, zs: slice, shape: tuple[int, ...], repeat_to: slice | None = None) -> np.ndarray:
+    """``part`` (the slices ``zs`` of a ``(z, y, x)`` grid of ``shape``) on the whole grid:
+    zero beyond, except that its end slices are repeated out to ``repeat_to`` (a slice range
+    around ``zs``)."""
     if zs == slice(None):
         return part
     whole = np.zeros(shape, part.dtype)
     whole[zs] = part
+    if repeat_to is not None:
+        whole[repeat_to.start:zs.start] = part[0]
+        whole[zs.stop:repeat_to.stop] = part[-1]
     return whole
 
 
@@ -290,6 +308,12 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     padding_in_plane = None if found is None else (spatial.in_plane_image(found[0], canonical), found[1])
     coarse_img = spatial.resample_image(canonical, coarse_mm, padding=padding_in_plane)
     array = sitk.GetArrayFromImage(coarse_img)
+    # blank slices at the scan's ends are beyond its range: the network sees the scanned range's
+    # end slice repeated there, as beyond any scan's edge, and the lungs are found between them
+    zs, near = scanned_slices(canonical, coarse_img, s.rules.body.hu)
+    if zs != slice(None):
+        array[:zs.start] = array[zs.start]
+        array[zs.stop:] = array[zs.stop - 1]
     net = load_network("coarse", s.coarse, weights, s.device)
     probs = sliding_window_probs(net, array, s.coarse, s.window_hu, s.device, accumulate_on=s.device,
                                  sw_batch=s.window_batch(s.coarse), overlap=s.coarse.overlap)
@@ -302,8 +326,6 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     release_freed_memory()
 
     full_hu = sitk.GetArrayViewFromImage(coarse_img)
-    # blank slices at the scan's ends are beyond its range: the lungs are found between them
-    zs = scanned_slices(canonical, coarse_img, s.rules.body.hu)
     padding = _padding_on(canonical, coarse_img, found, s)
     hu, lung_z, confident, left_vote = full_hu[zs], lung[zs], confident[zs], left_vote[zs]
     padding = padding[zs] if padding is not None and padding.ndim == 3 else padding
@@ -336,7 +358,8 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
         needed = s.min_lung_ml * (CUT_LUNG_SHARE if _at_edge(side, edge) else 1.0)
         if np.count_nonzero(side & confident) * voxel_ml < needed:
             sides[side] = 0
-    sides, body = (_on_grid(a, zs, full_hu.shape) for a in (sides, body))
+    # the scan's last slice can look its body up in a coarse slice beyond the range
+    sides, body = _on_grid(sides, zs, full_hu.shape), _on_grid(body, zs, full_hu.shape, repeat_to=near)
     boxes = {}
     extra = max(coarse_img.GetSpacing())
     for side, value in SIDES:
