@@ -358,7 +358,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
         needed = s.min_lung_ml * (CUT_LUNG_SHARE if _at_edge(side, edge) else 1.0)
         if np.count_nonzero(side & confident) * voxel_ml < needed:
             sides[side] = 0
-    # the scan's last slice can look its body up in a coarse slice beyond the range
+    # the scan's last slice can look its body up in a coarse slice beyond the range (the network's lung likewise)
     sides, body = _on_grid(sides, zs, full_hu.shape), _on_grid(body, zs, full_hu.shape, repeat_to=near)
     boxes = {}
     extra = max(coarse_img.GetSpacing())
@@ -369,7 +369,8 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     airways = coarse_airways(full_hu, body, coarse_img.GetSpacing(), s.rules.airways)
     result = CoarseResult(
         spatial.Geometry.of(coarse_img), tuple(coarse_img.GetSpacing()),  # type: ignore[arg-type]
-        spatial.copy_geometry(np.asarray(lung, np.float32), coarse_img), sides, body, airways, boxes, padding_in_plane,
+        spatial.copy_geometry(np.asarray(_on_grid(lung[near], near, lung.shape), np.float32), coarse_img), sides, body, airways,
+        boxes, padding_in_plane,
     )
     warnings = [] if boxes else ["no lung found: the scan may not include the chest; the mask is empty"]
     return result, warnings
