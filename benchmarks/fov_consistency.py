@@ -13,7 +13,10 @@ Crops (canonical LPS index space, from the reference lungs' extent):
   circle: voxels outside the inscribed circle set to the padding value (-2048; -1024, which has
   the value of air) and left out of the reference;
 - ``cardiac_circle1024``, ``cardiac_circle3024``: the cardiac cube with the circle (-1024, -3024);
-- ``lower_half``: the lower half of the scan's slices.
+- ``lower_half``: the lower half of the scan's slices;
+- ``bases3_fill0``: the lowest 3 cm of lung with 12 cm below it and one slice of 0 above it
+  (what a resample with SimpleITK's default value adds when it rounds its size up): the slice
+  is not scanned, and the bases it touches are cut by the scan's edge there.
 
 ``--random N`` scores N random crops per case instead (seeded, the same on every run): a slab
 of 4-20 cm, an in-plane window of 14-32 cm (x and y), or both, placed anywhere over the
@@ -49,7 +52,7 @@ import SimpleITK as sitk
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
 CROPS = ("cardiac", "apex", "bases", "inplane70", "inplane70_circle2048", "inplane70_circle1024", "cardiac_circle1024",
-         "cardiac_circle3024", "lower_half")
+         "cardiac_circle3024", "lower_half", "bases3_fill0")
 MIN_REF_ML = 5.0
 
 
@@ -59,7 +62,7 @@ def _crop_slices(ref: np.ndarray, spacing_xyz: tuple[float, ...], name: str) -> 
     sx, sy, sz = spacing_xyz
     nz, ny, nx = ref.shape
     zlo, zhi, ylo, yhi, xlo, xhi = zz.min(), zz.max(), yy.min(), yy.max(), xx.min(), xx.max()
-    name = name.split("_circle", maxsplit=1)[0]  # a circle crop cuts as the crop it is named after
+    name = name.split("_circle", maxsplit=1)[0].split("_fill", maxsplit=1)[0]  # cut as the crop it is named after
 
     def span(lo_mm: float, hi_mm: float, centre: float, step: float, n: int) -> slice:
         a = int(round(centre + lo_mm / step))
@@ -76,6 +79,8 @@ def _crop_slices(ref: np.ndarray, spacing_xyz: tuple[float, ...], name: str) -> 
         return span(-50, 60, zhi, sz, nz), full, full
     if name == "bases":
         return span(-120, 60, zlo, sz, nz), full, full
+    if name == "bases3":
+        return span(-120, 30, zlo, sz, nz), full, full
     if name.startswith("inplane70"):
         half = 0.35 * (xhi - xlo)
         c = (xlo + xhi) / 2
@@ -151,6 +156,13 @@ def crop_of(canonical: sitk.Image, ref_a: np.ndarray, crop: str) -> tuple[sitk.I
     if "_circle" in crop:
         r[:, outside_circle(img)] = 0
         img = _circle(img, -float(crop.split("_circle")[1]))
+    if "_fill" in crop:  # one slice of the fill value above the crop (canonical: superior is high z)
+        a = sitk.GetArrayFromImage(img)
+        filled = sitk.GetImageFromArray(np.concatenate([a, np.full((1, *a.shape[1:]), float(crop.split("_fill")[1]), a.dtype)]))
+        filled.SetOrigin(img.GetOrigin())
+        filled.SetSpacing(img.GetSpacing())
+        filled.SetDirection(img.GetDirection())
+        img, r = filled, np.concatenate([r, np.zeros((1, *r.shape[1:]), r.dtype)])
     return img, r
 
 

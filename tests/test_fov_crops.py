@@ -38,6 +38,9 @@ def test_each_crop_cuts_scan_and_mask_alike_and_pads_its_circle(crop: str) -> No
         assert outside.any() and (a[:, outside] == padding).all() and not r[:, outside].any()
     else:
         assert a.min() >= -850.0  # no padding
+    if "_fill" in crop:  # one slice of the fill value above, no lung in it
+        assert (a[-1] == float(crop.split("_fill")[1])).all() and not r[-1].any()
+        assert r[:-1].any()
 
 
 def test_random_crops_cut_scan_and_mask_alike_and_repeat_with_their_seed() -> None:
