@@ -291,11 +291,9 @@ def resample_padding_raised(image: sitk.Image, grid: sitk.Image, padding: sitk.I
     out = resample_to_reference(image, grid, default_value=default_value, output_pixel_type=sitk.sitkFloat32)
     if value >= floor_hu or padding is None:
         return out
-    d = np.asarray(grid.GetDirection(), float).reshape(3, 3)
-    flat = sitk.Image([int(v) for v in grid.GetSize()[:2]], sitk.sitkUInt8)
-    flat.SetSpacing(tuple(float(v) for v in grid.GetSpacing()[:2]))
-    flat.SetOrigin(tuple(float(v) for v in grid.GetOrigin()[:2]))
-    flat.SetDirection(tuple(float(v) for v in d[:2, :2].ravel()))
+    flat = in_plane_image(np.zeros(grid.GetSize()[1::-1], np.float32), grid)  # the grid's slice, in-plane
+    if flat is None:  # the grid's slices are not axial planes
+        return resample_floored(image, grid, floor_hu=floor_hu, default_value=default_value)
     share = sitk.GetArrayFromImage(sitk.Resample(padding, flat, sitk.Transform(), sitk.sitkLinear, 0.0, sitk.sitkFloat32))
     # the grid's slices that lie on the scan (elsewhere: the default value, nothing interpolated)
     nz = grid.GetSize()[2]
