@@ -304,8 +304,8 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     from segpipe.model import any_lung, sliding_window_probs
 
     coarse_mm = spatial.spacing_for_size(canonical, tuple(s.coarse_size_xyz)) if s.coarse_size_xyz else s.coarse_mm
-    found = padding_of(sitk.GetArrayViewFromImage(canonical), s.rules.body)  # the scanner's padding: raised to air
-    padding_in_plane = None if found is None else (spatial.in_plane_image(found[0], canonical), found[1])
+    scan_padding = padding_of(sitk.GetArrayViewFromImage(canonical), s.rules.body)  # the scanner's padding: raised to air
+    padding_in_plane = None if scan_padding is None else (spatial.in_plane_image(scan_padding[0], canonical), scan_padding[1])
     coarse_img = spatial.resample_image(canonical, coarse_mm, padding=padding_in_plane)
     array = sitk.GetArrayFromImage(coarse_img)
     # blank slices at the scan's ends are beyond its range: the network sees the scanned range's
@@ -326,7 +326,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     release_freed_memory()
 
     full_hu = sitk.GetArrayViewFromImage(coarse_img)
-    padding = _padding_on(canonical, coarse_img, found, s)
+    padding = _padding_on(canonical, coarse_img, scan_padding, s)
     hu, lung_z, confident, left_vote = full_hu[zs], lung[zs], confident[zs], left_vote[zs]
     padding = padding[zs] if padding is not None and padding.ndim == 3 else padding
     # the fine stage's lungs must lie inside the body itself (no slack: the chest wall is
