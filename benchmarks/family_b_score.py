@@ -11,6 +11,10 @@ Usage::
 
     python benchmarks/family_b_score.py [--n 16] [--seed-base 5000] [--models default runs/x/model.pt] [--json out.json]
     python benchmarks/family_b_score.py --n 32 --seed-base 14000 --kinds abdomen_bases no_lungs   # abdominal scans only
+    python benchmarks/family_b_score.py --models default default:dense_lung,dense_to_wall   # rules switched
+
+A model given as ``MODEL:RULE,RULE`` runs with those rules switched from their defaults (on where they
+are off, off where they are on).
 """
 
 from __future__ import annotations
@@ -41,20 +45,31 @@ def _dice(a: np.ndarray, b: np.ndarray) -> float:
     return 1.0 if s == 0 else 2.0 * int((a & b).sum()) / s
 
 
+def _segmenter(spec: str) -> Any:
+    """The segmenter for ``MODEL`` or ``MODEL:RULE,RULE`` (those rules switched from their defaults)."""
+    from segpipe import LungSegmenter
+
+    model, _, switched = spec.partition(":")
+    load = LungSegmenter.default if model == "default" else (lambda **kw: LungSegmenter.from_file(model, **kw))
+    if not switched:
+        return load()
+    defaults = load().rules
+    return load(rules={rule: not defaults.enabled(rule) for rule in switched.split(",")})
+
+
 def main() -> int:
     import family_b
-
-    from segpipe import LungSegmenter
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=16, help="cases (default 16: each kind twice)")
     ap.add_argument("--seed-base", type=int, default=5000, help="first seed (default 5000: the ablation's cases)")
-    ap.add_argument("--models", nargs="+", default=["default"], help="model files ('default': the bundled model)")
+    ap.add_argument("--models", nargs="+", default=["default"],
+                    help="model files ('default': the bundled model); MODEL:RULE,RULE switches those rules from their defaults")
     ap.add_argument("--kinds", nargs="+", choices=family_b.CASES, default=list(family_b.CASES),
                     help="kinds to cycle through (default: all; e.g. abdomen_bases no_lungs for a set of abdominal scans)")
     ap.add_argument("--json", help="write the rows and summary here")
     args = ap.parse_args()
-    segs = {m: LungSegmenter.default() if m == "default" else LungSegmenter.from_file(m) for m in args.models}
+    segs = {m: _segmenter(m) for m in args.models}
     rows: list[dict[str, Any]] = []
     for i in range(args.n):
         kind = args.kinds[i % len(args.kinds)]
