@@ -115,6 +115,22 @@ def test_dicom_series_rescale_applied_and_geometry_kept(tmp_path: Path) -> None:
     np.testing.assert_allclose(back.GetOrigin(), image.GetOrigin(), atol=1e-4)
 
 
+def test_dicom_series_with_a_missing_slice_is_read_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A series with a slice missing is still read (evenly spaced, as SimpleITK builds it),
+    and a warning says by how much slices move; an evenly spaced one gives no warning."""
+    image = make_volume(size_xyz=(8, 8, 8), spacing_xyz=(0.7, 0.7, 2.5))
+    _write_dicom_series(tmp_path / "even", image, "1.2.826.0.1.3680043.2.1125.7.301")
+    _write_dicom_series(tmp_path / "gap", image, "1.2.826.0.1.3680043.2.1125.7.302")
+    sorted((tmp_path / "gap").iterdir())[4].unlink()
+    with caplog.at_level(logging.WARNING, logger="segpipe"):
+        io.read_image(tmp_path / "even")
+    assert "evenly" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="segpipe"):
+        back = io.read_image(tmp_path / "gap")
+    assert back.GetSize() == (8, 8, 7)
+    assert "not evenly spaced (2.5 to 5 mm apart" in caplog.text and "2.92 mm apart" in caplog.text and "up to 1.25 mm" in caplog.text
+
+
 def test_dicom_folder_with_several_series(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     big_uid, small_uid = "1.2.826.0.1.3680043.2.1125.7.201", "1.2.826.0.1.3680043.2.1125.7.202"
     big = make_volume(size_xyz=(8, 8, 7), seed=1)

@@ -131,7 +131,29 @@ def _read_dicom(folder: Path, series_uid: str | None) -> sitk.Image:
     if len(files) < 2 and image.GetDimension() == 3 and image.GetSize()[2] < 2:
         raise InputError(f"{folder}: expected a 3D DICOM series, got a single slice")
     del native
+    _warn_uneven_slices(reader, image, folder)
     return image
+
+
+def _warn_uneven_slices(reader: sitk.ImageSeriesReader, image: sitk.Image, folder: Path) -> None:
+    """Log a warning where the series' slices are not evenly spaced (a slice missing, or two
+    stacks): the volume, and so the mask, places them evenly (SimpleITK's mean spacing)."""
+    n = image.GetSize()[2] if image.GetDimension() == 3 else 0
+    if n < 3:
+        return
+    try:
+        pos = np.array([[float(v) for v in reader.GetMetaData(i, "0020|0032").split("\\")] for i in range(n)])
+    except (RuntimeError, ValueError, IndexError):  # no Image Position (Patient) on some slice: nothing to check
+        return
+    along = pos @ np.asarray(image.GetDirection()).reshape(3, 3)[:, 2]
+    steps = np.diff(along)
+    if np.ptp(steps) > max(0.01, 0.05 * abs(float(np.median(steps)))):
+        off = float(np.max(np.abs(along - along[0] - np.arange(n) * image.GetSpacing()[2])))
+        log.warning(
+            "%s: the slices are not evenly spaced (%.3g to %.3g mm apart; a slice missing?): the volume and the mask "
+            "place them evenly, %.3g mm apart, which moves some slices by up to %.3g mm",
+            folder, float(np.min(np.abs(steps))), float(np.max(np.abs(steps))), image.GetSpacing()[2], off,
+        )
 
 
 # ----------------------------------------------------------------------------- reading
