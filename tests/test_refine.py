@@ -310,6 +310,31 @@ def test_a_find_of_two_lungs_joined_at_a_junction_line_is_split_by_the_vote() ->
     assert joined_lungs(solid, np.broadcast_to(np.arange(40) >= 22, solid.shape), tissue, 500) is None
 
 
+def test_a_whole_lung_beside_a_small_find_of_the_other_gives_up_its_joined_edge() -> None:
+    """As above, and a further piece of the left lung, a few slices lower, found on its own:
+    the coarse stage sees the small piece beside a whole lung (opposite sides by the vote), and
+    the whole one still holds the left lung's edge, joined to it in front. That edge is the
+    left lung too (the vote parts it off at a junction line, the mediastinum between); where
+    aerated lung lies between the parts it stays with the right lung."""
+    right = np.zeros((20, 30, 40), bool)
+    right[3:17, 5:25, 2:30] = True
+    left = np.zeros_like(right)
+    left[3:17, 5:25, 35:40] = True
+    junction = np.zeros_like(right)
+    junction[3:17, 5:7, 30:35] = True
+    piece = np.zeros_like(right)
+    piece[18:20, 10:20, 34:40] = True  # apart from the find (slice 17 holds no lung)
+    lungs = right | left | junction | piece
+    vote = np.broadcast_to(np.arange(40) >= 33, lungs.shape)
+    tissue = np.zeros_like(lungs)
+    before = split_sides(lungs, left_vote=vote, view_side=3)  # without the scan's density
+    assert (before[piece] == 2).all() and (before[right | left] == 1).all()
+    sides = split_sides(lungs, left_vote=vote, view_side=3, aerated=tissue, min_lung=500)
+    assert (sides[right] == 1).all() and (sides[left] == 2).all() and (sides[piece] == 2).all()
+    lobe = ~lungs
+    assert (split_sides(lungs, left_vote=vote, view_side=3, aerated=lobe, min_lung=500)[right | left] == 1).all()
+
+
 def test_two_finds_beside_one_flank_are_pieces_of_that_sides_lung() -> None:
     """A view of the right chest in which the coarse stage finds the right lung in two pieces
     (front and back, the larger one at higher x): by their mean x the smaller would be the

@@ -184,7 +184,8 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     With ``aerated`` (boolean, lung density), a single component that would be one lung is
     still two where the vote parts it into two lungs of ``min_lung`` voxels or more (default:
     50 mL at 4 mm) that touch only at a junction line, the mediastinum between them
-    (:func:`joined_lungs`).
+    (:func:`joined_lungs`); so is the whole lung beside which a small find is the other lung
+    (the view's edge cuts that lung into pieces, one of them joined to the whole one).
     """
     labels, n = label(lungs)
     out = np.zeros(lungs.shape, np.uint8)
@@ -195,8 +196,9 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
     big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
     halves = _split_single(labels == order[0]) if len(big) < 2 else None  # a single find, split at its thinnest column
-    if halves is not None and len(order) >= 2 and _opposite(labels == order[0], labels == order[1], midline_x, left_vote,
-                                                            two=left_vote is not None and _halves_agree(halves, left_vote)):
+    beside = halves is not None and len(order) >= 2 and _opposite(
+        labels == order[0], labels == order[1], midline_x, left_vote, two=left_vote is not None and _halves_agree(halves, left_vote))
+    if beside:
         big = order[:2]  # a small lung (collapsed, or cut by the scan's end or side) beside a whole one
     if len(big) >= 2 and midline_x is not None and left_vote is not None:
         side = piece_side(labels == big[0], midline_x, left_vote)
@@ -216,6 +218,13 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         right, left = (a, b) if np.nonzero(labels == a)[2].mean() < np.nonzero(labels == b)[2].mean() else (b, a)
         out[labels == right] = 1
         out[labels == left] = 2
+        if beside and left_vote is not None and aerated is not None:
+            # the whole one may hold more of the small one's lung, joined to it at a junction line
+            # (a field of view over one lung and the edge of the other: the edge falls in pieces)
+            whole = labels == a
+            joined = joined_lungs(whole, left_vote, aerated, min_lung)
+            if joined is not None:
+                out[whole] = joined[whole]
     else:
         assert halves is not None  # one find: big is [order[0]]
         single = labels == big[0]
