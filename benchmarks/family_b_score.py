@@ -1,8 +1,8 @@
 """Score models side by side on phantom family B (``family_b.py``: test-only anatomy, never tuned on).
 
 The cases are those of ``rule_ablation.py`` (seed 5000 + i, the kinds in turn; ``--seed-base`` for others:
-5000-5015 have been looked at while developing, so a clean test takes seeds never used, e.g. 6000). Per case and model: Dice per
-lung (where the reference has it), the lung label found outside the reference lungs and, of it, behind the
+5000-5015 have been looked at while developing, so a clean test takes seeds never used, e.g. 6000). Per case and model: Dice and HD95 per
+lung (where the reference has it; HD95 averaged over the found lungs of at least 5 mL), the lung label found outside the reference lungs and, of it, behind the
 mattress's top (on the CT table: the case's ``mattress_top_y_mm``) (mL); then the mean
 and worst Dice per model and per kind, the lungs lost, and the mean over lungs of at least 5 mL (the tip of
 a recess that the top of an abdominal scan cuts can hold a fraction of a mL).
@@ -60,6 +60,8 @@ def _segmenter(spec: str) -> Any:
 def main() -> int:
     import family_b
 
+    from segpipe.metrics import lung_metrics
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=16, help="cases (default 16: each kind twice)")
     ap.add_argument("--seed-base", type=int, default=5000, help="first seed (default 5000: the ablation's cases)")
@@ -79,11 +81,14 @@ def main() -> int:
         row: dict[str, Any] = {"case": f"b{args.seed_base + i}", "kind": kind,
                                "ref_ml": [round(float((ref == v).sum()) * ml, 1) for v in (1, 2)]}
         for name, seg in segs.items():
-            pred = sitk.GetArrayFromImage(seg.predict(image))
+            pred_image = seg.predict(image)
+            hd95 = {side: m["hd95_mm"] for side, m in lung_metrics(pred_image, label).items()}
+            pred = sitk.GetArrayFromImage(pred_image)
             outside = ((pred > 0) & (ref == 0)).astype(np.uint8)
             table = sitk.GetImageFromArray(outside)
             table.CopyInformation(image)
             row[name] = {"dice": [round(_dice(pred == v, ref == v), 4) if (ref == v).any() else None for v in (1, 2)],
+                         "hd95_mm": [round(float(hd95[side]), 1) if (ref == v).any() else None for side, v in (("right", 1), ("left", 2))],
                          "non_lung_ml": round(float(outside.sum()) * ml, 1),
                          "table_ml": round(_table_ml(table, info["mattress_top_y_mm"]), 1)}
         rows.append(row)
@@ -95,10 +100,13 @@ def main() -> int:
         per_kind = {k: round(float(np.mean([x for r in rows if r["kind"] == k for x in r[name]["dice"] if x is not None] or [np.nan])), 4)
                     for k in args.kinds}
         d5 = [x for r in rows for x, v in zip(r[name]["dice"], r["ref_ml"]) if x is not None and v >= 5.0]
+        h5 = [x for r in rows for x, v in zip(r[name]["hd95_mm"], r["ref_ml"]) if x is not None and v >= 5.0 and np.isfinite(x)]
         summary[name] = {"mean_dice": round(float(np.mean(d)), 4), "worst_dice": round(float(np.min(d)), 4),
                          "lungs": len(d), "lost": sum(x == 0.0 for x in d),
                          "mean_dice_5ml": round(float(np.mean(d5)), 4) if d5 else None,
                          "lungs_5ml": len(d5), "lost_5ml": sum(x == 0.0 for x in d5),
+                         "mean_hd95_mm_5ml": round(float(np.mean(h5)), 1) if h5 else None,
+                         "worst_hd95_mm_5ml": round(float(np.max(h5)), 1) if h5 else None,
                          "max_non_lung_ml": max(r[name]["non_lung_ml"] for r in rows),
                          "max_table_ml": max(r[name]["table_ml"] for r in rows), "per_kind": per_kind}
     print(json.dumps(summary, indent=1))
