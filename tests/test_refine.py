@@ -379,6 +379,21 @@ def test_a_collapsed_lung_beside_a_whole_one_is_kept() -> None:
     assert not sides[across].any()
 
 
+def test_a_clear_vote_overrules_the_midline_of_a_view_that_cuts_the_body() -> None:
+    """A window over the left lung: the body's middle is the view's, so the lung lies on the
+    "right" of that midline, and a speck at the view's high-x edge on its "left". The midline
+    alone makes them two lungs (the lung right, the speck left); where the network clearly calls
+    the lung left, the midline does not make the speck the other lung, and the lung is left."""
+    lungs = np.zeros((20, 30, 40), bool)
+    lungs[3:17, 5:25, 2:26] = True  # the lung, left of x = 27 in the view
+    speck = np.zeros_like(lungs)
+    speck[8:10, 12:14, 34:37] = True
+    vote = lungs.copy()  # the network: all of the lung is the left lung
+    assert (split_sides(lungs | speck, midline_x=27.0)[lungs] == 1).all()  # no vote: the midline decides
+    sides = split_sides(lungs | speck, midline_x=27.0, left_vote=vote, view_side=2)
+    assert (sides[lungs] == 2).all() and not (sides[speck] == 1).any()
+
+
 def test_two_pieces_of_one_cut_lung_are_that_lung() -> None:
     """The top of an abdominal scan cuts the left recess into two pieces larger than the
     right base: with the midline and the coarse network's side vote agreeing, both pieces are

@@ -251,13 +251,15 @@ def _one_flank(a: np.ndarray, b: np.ndarray, outside: np.ndarray, reach: int, le
 def _opposite(a: np.ndarray, b: np.ndarray, midline_x: float | None, left_vote: np.ndarray | None, *,
               two: bool = False) -> bool:
     """Whether masks ``a`` (the larger) and ``b`` are lungs of opposite sides: almost entirely on
-    either side of ``midline_x``, or (where the view has no midline) on either side by
-    ``left_vote``, in the order their mean x gives: :data:`CLEAR_VOTE` of each, or nine tenths
-    where ``a`` is itself ``two`` lungs by the vote (then ``b`` is more likely a piece of one of
-    them)."""
+    either side of ``midline_x``, unless ``left_vote`` clearly puts ``a`` on the other side of it
+    (in a view that cuts the body the midline is the view's middle), or (where the view has no
+    midline) on either side by ``left_vote``, in the order their mean x gives: :data:`CLEAR_VOTE`
+    of each, or nine tenths where ``a`` is itself ``two`` lungs by the vote (then ``b`` is more
+    likely a piece of one of them)."""
     if midline_x is not None:
         shares = sorted((_left_share(a, midline_x), _left_share(b, midline_x)))
-        if shares[0] < 0.1 and shares[1] > 0.9:
+        a_side = 2 if _left_share(a, midline_x) > 0.5 else 1
+        if shares[0] < 0.1 and shares[1] > 0.9 and (left_vote is None or _vote_side(a, left_vote) != 3 - a_side):
             return True
     if left_vote is None:
         return False
