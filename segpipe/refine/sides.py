@@ -257,9 +257,10 @@ def _opposite(a: np.ndarray, b: np.ndarray, midline_x: float | None, left_vote: 
     of each, or nine tenths where ``a`` is itself ``two`` lungs by the vote (then ``b`` is more
     likely a piece of one of them)."""
     if midline_x is not None:
-        shares = sorted((_left_share(a, midline_x), _left_share(b, midline_x)))
-        a_side = 2 if _left_share(a, midline_x) > 0.5 else 1
-        if shares[0] < 0.1 and shares[1] > 0.9 and (left_vote is None or _vote_side(a, left_vote) != 3 - a_side):
+        share_a, share_b = _left_share(a, midline_x), _left_share(b, midline_x)
+        a_side = 2 if share_a > 0.5 else 1
+        if min(share_a, share_b) < 0.1 and max(share_a, share_b) > 0.9 and (
+                left_vote is None or _vote_side(a, left_vote) != 3 - a_side):
             return True
     if left_vote is None:
         return False
