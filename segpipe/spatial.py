@@ -37,6 +37,7 @@ __all__ = [
     "Box",
     "Geometry",
     "index_to_physical",
+    "centre_x_index",
     "orientation_code",
     "reorient",
     "to_canonical",
@@ -462,6 +463,16 @@ def index_to_physical(image: sitk.Image | Geometry, index_xyz: np.ndarray) -> np
     """Physical points (N, 3) of continuous indices (N, 3) of ``image``'s grid, vectorised."""
     direction = np.asarray(image.GetDirection()).reshape(3, 3)
     return np.asarray(image.GetOrigin()) + (index_xyz * np.asarray(image.GetSpacing())) @ direction.T
+
+
+def centre_x_index(image: sitk.Image | Geometry) -> float:
+    """The continuous x index at which the row of voxels through the middle of ``image``'s
+    grid reaches physical x = 0: in a CT scanner's patient coordinates the gantry's centre,
+    where the patient lies."""
+    index = (np.asarray(image.GetSize(), float) - 1.0) / 2.0
+    middle_x = index_to_physical(image, index[None])[0, 0]
+    step_x = image.GetSpacing()[0] * image.GetDirection()[0]  # physical x per x index
+    return float(index[0] - middle_x / step_x)
 
 
 def _physical_to_index(image: sitk.Image | Geometry, points_xyz: np.ndarray) -> np.ndarray:

@@ -335,6 +335,36 @@ def test_a_whole_lung_beside_a_small_find_of_the_other_gives_up_its_joined_edge(
     assert (split_sides(lungs, left_vote=vote, view_side=3, aerated=lobe, min_lung=500)[right | left] == 1).all()
 
 
+def test_a_lone_lung_the_vote_and_flank_leave_open_takes_the_scanner_centres_side() -> None:
+    """A view inside the left chest (cut at both sides, no flank): the network's vote is unsure
+    (0.57 right). With the scanner's centre (physical x = 0) at x index 5, the whole lung lies
+    on its left: the left lung, whatever the majority, and ``cues`` says why. Without the centre,
+    or where the lung straddles it, the majority decides as before; a clear vote or a flank comes
+    first; a view that holds the body's width (``view_side`` 0) does not read the centre."""
+    from segpipe.refine.sides import centre_side
+
+    lung = np.zeros((20, 30, 40), bool)
+    lung[3:17, 5:25, 10:36] = True
+    unsure = np.broadcast_to(np.arange(20)[:, None, None] < 9, lung.shape) & lung  # 0.43 left: the majority says right
+    assert 0.25 < unsure[lung].mean() < 0.5
+    assert centre_side(lung, 5.0) == 2 and centre_side(lung, 38.0) == 1 and centre_side(lung, 20.0) == 0
+    assert centre_side(lung, None) == 0
+    cues: list[str] = []
+    assert (split_sides(lung, midline_x=22.5, left_vote=unsure, view_side=3, centre_x=5.0, cues=cues)[lung] == 2).all()
+    assert cues == ["the scanner's centre"]
+    assert (split_sides(lung, midline_x=22.5, left_vote=unsure, view_side=3)[lung] == 1).all()  # the majority
+    assert (split_sides(lung, midline_x=22.5, left_vote=unsure, view_side=3, centre_x=20.0)[lung] == 1).all()  # straddles it
+    clear = np.zeros_like(lung)  # a clear vote for the right lung
+    assert (split_sides(lung, midline_x=22.5, left_vote=clear, view_side=3, centre_x=5.0)[lung] == 1).all()
+    outside = np.zeros_like(lung)
+    outside[:, :, 0:2] = True  # the air beyond the right flank: the flank, not the centre
+    assert (split_sides(lung, midline_x=22.5, left_vote=unsure, view_side=3, outside=outside, flank_reach=14,
+                        centre_x=5.0)[lung] == 1).all()
+    cues.clear()
+    split_sides(lung, midline_x=22.5, left_vote=unsure, view_side=0, centre_x=5.0, cues=cues)
+    assert "the scanner's centre" not in cues
+
+
 def test_two_finds_beside_one_flank_are_pieces_of_that_sides_lung() -> None:
     """A view of the right chest in which the coarse stage finds the right lung in two pieces
     (front and back, the larger one at higher x): by their mean x the smaller would be the

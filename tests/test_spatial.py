@@ -317,3 +317,21 @@ def test_from_canonical_with_a_geometry_alone(orientation: str) -> None:
     np.testing.assert_array_equal(sitk.GetArrayViewFromImage(a), sitk.GetArrayViewFromImage(b))
     with pytest.raises(GeometryError, match="size"):
         geometry.apply(sitk.Image(3, 3, 3, sitk.sitkUInt8))
+
+
+def test_centre_x_index_is_where_physical_x_is_zero() -> None:
+    """The scanner's centre (x = 0) on a grid: 25 voxels of 4 mm in from an origin at -100 mm;
+    beyond the grid where the view lies to one side; through the grid's middle for a grid
+    rotated in the axial plane."""
+    image = sitk.Image(40, 30, 10, sitk.sitkFloat32)
+    image.SetSpacing((4.0, 2.0, 3.0))
+    image.SetOrigin((-100.0, -30.0, 500.0))
+    assert spatial.centre_x_index(image) == pytest.approx(25.0)
+    image.SetOrigin((60.0, -30.0, 500.0))
+    assert spatial.centre_x_index(image) == pytest.approx(-15.0)
+    c, s = np.cos(np.radians(10)), np.sin(np.radians(10))
+    image.SetDirection((c, -s, 0.0, s, c, 0.0, 0.0, 0.0, 1.0))
+    image.SetOrigin((0.0, 0.0, 0.0))
+    i = spatial.centre_x_index(image)
+    point = image.TransformContinuousIndexToPhysicalPoint((i, 14.5, 4.5))
+    assert point[0] == pytest.approx(0.0, abs=1e-6)

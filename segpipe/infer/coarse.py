@@ -41,6 +41,7 @@ from segpipe.refine.sides import AERATED_HU, FLANK_REACH_MM
 __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
 SIDES = (("right", 1), ("left", 2))
+WEAK_CUES = ("the scanner's centre", "the side the view shows", "the network's majority vote")  # sided a lone lung: warn
 CUT_LUNG_SHARE = 0.05  # a lung the scan's edge cuts counts with this share of min_lung_ml
 BESIDE_SHARE = 0.006  # a cut piece beside a found base at the same end of the scan: this share of min_lung_ml (0.3 mL)
 INSIDE_SHARE = 0.5  # a find needs this share of its sure lung inside the body (not in the band beyond the skin)
@@ -348,10 +349,12 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     found = confident_parts(lung_z & slack, confident, voxel_ml, s.min_lung_ml, air=air, air_share=s.rules.body.air_share,
                             side_of=lambda piece: piece_side(piece, midline_x, left_vote), inside=body, edge=edge)
     outside = air & ~slack if edge is None else air & ~slack & ~edge  # the air beyond the skin, not the scanner's padding
+    cues: list[str] = []
     sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote,
                         view_side=body_cut_side(body, edge), outside=outside,
                         flank_reach=int(round(FLANK_REACH_MM / coarse_img.GetSpacing()[0])),
-                        aerated=hu < AERATED_HU, min_lung=int(round(s.min_lung_ml / voxel_ml)))
+                        aerated=hu < AERATED_HU, min_lung=int(round(s.min_lung_ml / voxel_ml)),
+                        centre_x=spatial.centre_x_index(coarse_img) if s.rules.sides.scanner_centre else None, cues=cues)
     sides = join_cut_pieces(found, sides, midline_x, left_vote)
     for value in (1, 2):
         side = sides == value
@@ -373,4 +376,6 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
         boxes, padding_in_plane,
     )
     warnings = [] if boxes else ["no lung found: the scan may not include the chest; the mask is empty"]
+    if boxes and cues and cues[0] in WEAK_CUES:
+        warnings.append(f"one lung in a view that cuts the body, named {' and '.join(boxes)} from {cues[0]}: check its side")
     return result, warnings

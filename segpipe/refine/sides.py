@@ -25,9 +25,13 @@ class SidesParams:
     """Args:
         min_fraction: on the coarse grid, a component at least this share of the largest one
             is a lung of its own.
+        scanner_centre: a lung alone in a view that cuts the body, whose side neither the
+            network's vote nor the view's flank tells, takes the side of the scanner's centre
+            (physical x = 0) on which nine tenths of it lie (:func:`centre_side`).
     """
 
     min_fraction: float = 0.15
+    scanner_centre: bool = True
 
 
 def _split_single(mask: np.ndarray) -> np.ndarray:
@@ -143,6 +147,18 @@ def _left_share(mask: np.ndarray, midline_x: float) -> float:
     return float(counts[np.arange(counts.size) > midline_x].sum()) / max(1, int(counts.sum()))
 
 
+def centre_side(mask: np.ndarray, centre_x: float | None) -> int:
+    """1 (right) or 2 (left) where nine tenths of ``mask`` lie on that side of ``centre_x``
+    (the x index of the scanner's centre, physical x = 0); 0 otherwise or without it. A CT
+    scanner's patient coordinates have x = 0 at the gantry's centre, where the patient lies:
+    in a field of view that cuts the body, where the view's middle is not the body's, a lung
+    beyond it lies on its own side (98 % of the lungs in random crops of the real scans)."""
+    if centre_x is None:
+        return 0
+    share = _left_share(mask, centre_x)
+    return 2 if share > 0.9 else 1 if share < 0.1 else 0
+
+
 def piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int:
     """1 (right) or 2 (left) where nine tenths of ``mask`` lie on that side of ``midline_x``
     and as much of it is that side by ``left_vote``; 0 otherwise."""
@@ -152,7 +168,8 @@ def piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int
 
 def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None,
                 left_vote: np.ndarray | None = None, view_side: int = 0, outside: np.ndarray | None = None,
-                flank_reach: int = 20, aerated: np.ndarray | None = None, min_lung: int = 781) -> np.ndarray:
+                flank_reach: int = 20, aerated: np.ndarray | None = None, min_lung: int = 781,
+                centre_x: float | None = None, cues: list[str] | None = None) -> np.ndarray:
     """Label a lung mask by side from geometry: 1 right, 2 left.
 
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
@@ -186,6 +203,10 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     50 mL at 4 mm) that touch only at a junction line, the mediastinum between them
     (:func:`joined_lungs`); so is the whole lung beside which a small find is the other lung
     (the view's edge cuts that lung into pieces, one of them joined to the whole one).
+    With ``centre_x`` (the x index of the scanner's centre), a single find in a view that cuts
+    the body, whose side neither a clear vote nor a flank tells, takes the side of the
+    scanner's centre it lies on (:func:`centre_side`). ``cues`` (a list, optional) receives
+    what sided a lone lung (:func:`_one_lung_side`).
     """
     labels, n = label(lungs)
     out = np.zeros(lungs.shape, np.uint8)
@@ -229,7 +250,9 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         assert halves is not None  # one find: big is [order[0]]
         single = labels == big[0]
         flank = flank_side(single, outside, flank_reach) if outside is not None else 0
-        side = _one_lung_side(single, halves, midline_x, left_vote, view_side, flank)
+        side, cue = _one_lung_side(single, halves, midline_x, left_vote, view_side, flank, centre_x)
+        if cues is not None and side:
+            cues.append(cue)
         if not side:
             return halves
         joined = joined_lungs(single, left_vote, aerated, min_lung) if left_vote is not None and aerated is not None else None
@@ -271,26 +294,29 @@ def _opposite(a: np.ndarray, b: np.ndarray, midline_x: float | None, left_vote: 
 
 
 def _one_lung_side(single: np.ndarray, halves: np.ndarray, midline_x: float | None, left_vote: np.ndarray | None,
-                   view_side: int, flank: int = 0) -> int:
-    """The side of ``single`` where it is one lung, 0 where it is two (split into ``halves``).
+                   view_side: int, flank: int = 0, centre_x: float | None = None) -> tuple[int, str]:
+    """The side of ``single`` where it is one lung, 0 where it is two (split into ``halves``),
+    and the cue that decided it.
 
     Where the network's vote does not confirm the halves: the side :data:`CLEAR_VOTE` of it
     votes for, else the side whose ``flank`` shows beside it (:func:`flank_side`; 0: none),
-    else ``view_side`` (1 or 2), else, in a view that cuts both sides (3), the vote's majority.
-    Otherwise (or without a vote) it is one lung where one side of ``midline_x`` holds nine
-    tenths of it: of the side whose flank shows beside it, else of that side (in a view that
-    cuts the body, its middle is the view's); 0 where none decides."""
+    else, in a view that cuts the body, the side of the scanner's centre ``centre_x`` on which
+    it lies (:func:`centre_side`), else ``view_side`` (1 or 2), else, in a view that cuts both
+    sides (3), the vote's majority. Otherwise (or without a vote) it is one lung where one side
+    of ``midline_x`` holds nine tenths of it: of the side whose flank shows beside it, else of
+    that side (in a view that cuts the body, its middle is the view's); 0 where none decides."""
     if left_vote is not None and not _halves_agree(halves, left_vote):
-        side = _vote_side(single, left_vote) or flank or (view_side if view_side in (1, 2) else 0)
-        if not side and view_side == 3:
-            side = _vote_side(single, left_vote, 0.5)
-        if side:
-            return side
+        for cue, side in (("the network's vote", _vote_side(single, left_vote)), ("the flank beside it", flank),
+                          ("the scanner's centre", centre_side(single, centre_x) if view_side else 0),
+                          ("the side the view shows", view_side if view_side in (1, 2) else 0),
+                          ("the network's majority vote", _vote_side(single, left_vote, 0.5) if view_side == 3 else 0)):
+            if side:
+                return side, cue
     if midline_x is not None:
         left_share = _left_share(single, midline_x)
         if left_share < 0.1 or left_share > 0.9:
-            return flank or (2 if left_share > 0.5 else 1)
-    return 0
+            return (flank, "the flank beside it") if flank else (2 if left_share > 0.5 else 1, "the body's midline")
+    return 0, ""
 
 
 def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left_vote: np.ndarray) -> np.ndarray:
