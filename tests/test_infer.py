@@ -504,6 +504,33 @@ def test_a_lung_the_scans_edge_cuts_needs_a_twentieth_of_min_lung_ml(model_path:
     assert set(too_small.boxes) == {"right"}
 
 
+def test_a_lone_lung_in_a_view_inside_the_body_takes_the_scanner_centres_side(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view inside the chest (the body runs off both x faces) holds one lung, which the
+    network calls 62 % right (unsure: its upper slices left). Physical x = 0 lies at x index 8,
+    so the lung lies on the patient's left of the scanner's centre: the left lung, with a
+    warning that says why. With ``sides.scanner_centre`` off, the vote's majority names it
+    right (also with the warning); with x = 0 across the lung the majority names it too."""
+    image, _ = _coarse_phantom()
+    hu = sitk.GetArrayFromImage(image)
+    hu[2:38, 4:36, :] = 40.0  # the body runs off both sides of the view
+    label = np.zeros(hu.shape, np.uint8)
+    label[8:30, 10:30, 14:30] = 1
+    label[21:30, 10:30, 14:30] = 2  # the upper 9 of 22 slices vote left
+    hu[label > 0] = -850.0
+    image = spatial.copy_geometry(hu, image)
+    image.SetOrigin((-32.0, 0.0, 0.0))
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    found, warnings = _locate(seg, image, label, label > 0, monkeypatch)
+    assert set(found.boxes) == {"left"} and (found.sides[label > 0] == 2).all()
+    assert warnings == ["one lung in a view that cuts the body, named left from the scanner's centre: check its side"]
+    off = infer.LungSegmenter.from_file(model_path, device="cpu", rules={"sides": {"scanner_centre": False}})
+    found, warnings = _locate(off, image, label, label > 0, monkeypatch)
+    assert set(found.boxes) == {"right"} and "the network's majority vote" in warnings[0]
+    image.SetOrigin((-88.0, 0.0, 0.0))  # x = 0 at index 22, across the lung
+    found, _ = _locate(seg, image, label, label > 0, monkeypatch)
+    assert set(found.boxes) == {"right"}
+
+
 def _locate_cut_base(label: np.ndarray, model_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[str]]:
     """:func:`_locate` on the coarse phantom whose top slice cuts the body, with lung (and the
     fake network's classes) where ``label`` says."""

@@ -1,20 +1,30 @@
 """Offline: variant B of the centre cue: also where the vote halves a lone find (view cuts the body)."""
-import sys, numpy as np
+
+import sys
+
 import segpipe.refine.sides as S
-sys.path.insert(0, "runs")
-import offx
+
+sys.path.insert(0, "experiments/2026-11-27-scanner-centre")
+import offline as offx
+
 orig = S._one_lung_side
+
+
 def variant(single, halves, midline_x, left_vote, view_side, flank=0, centre_x=None):
     if left_vote is not None and S._halves_agree(halves, left_vote) and view_side and centre_x is not None:
         side = S.centre_side(single, centre_x)
         if side:
             return side, "the scanner's centre (halves)"
     return orig(single, halves, midline_x, left_vote, view_side, flank, centre_x)
-shift = float(sys.argv[1]); seeds = [int(x) for x in sys.argv[2:]]
+
+
+shift = float(sys.argv[1])
+seeds = [int(x) for x in sys.argv[2:]]
 a, ra = offx.score(seeds, shift_mm=shift)
 S._one_lung_side = variant
 b, rb = offx.score(seeds, shift_mm=shift)
-print("A", a); print("B", b)
+print("A", a)
+print("B", b)
 for x, y in zip(ra, rb):
     if abs(x["found"] - y["found"]) > 0.02:
         print(f"  {x['seed']} {x['case'][:6]} {x['i']:2d} {x['desc']:40s} {x['lung']} {x['ml']:7.1f}  {x['found']:.2f} -> {y['found']:.2f}")

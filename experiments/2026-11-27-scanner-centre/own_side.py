@@ -1,15 +1,21 @@
 """For random crops: physical x extent of each lung in the crop and how much lies on its own side of x=0."""
-import sys, json, numpy as np, SimpleITK as sitk
+
+import json
+import os
+import sys
+
+import numpy as np
+import SimpleITK as sitk
+
 sys.path.insert(0, "benchmarks")
 import fov_consistency as F
-from segpipe import spatial, io
 
-names = {"LIDC-IDRI-0001": None, "COPDGene-10002K": None}
-refs = {}
+from segpipe import io, spatial
+
 lidc = io.read_image(str(F.SHARED / "lidc-idri-0001" / "dicom"))
 copd = io.read_image(str(F.SHARED / "copdgene-10002K-64" / "ct.nii.gz"))
 copd_ref = io.read_image(str(F.SHARED / "copdgene-10002K-64" / "lungs.nii.gz"))
-import pickle, os
+
 cache = "runs/lidc_ref.npy"
 seeds = [int(s) for s in sys.argv[1:]]
 out = []
@@ -20,9 +26,14 @@ for name, img, ref in (("LIDC-IDRI-0001", lidc, None), ("COPDGene-10002K", copd,
             ref_a = np.load(cache)
         else:
             import segpipe
-            seg = segpipe.LungSegmenter.default(); ref_c, _ = spatial.to_canonical(seg.predict(canonical)); ref_a = sitk.GetArrayFromImage(ref_c); np.save(cache, ref_a)
+
+            seg = segpipe.LungSegmenter.default()
+            ref_c, _ = spatial.to_canonical(seg.predict(canonical))
+            ref_a = sitk.GetArrayFromImage(ref_c)
+            np.save(cache, ref_a)
     else:
-        ref_c, _ = spatial.to_canonical(ref); ref_a = sitk.GetArrayFromImage(ref_c)
+        ref_c, _ = spatial.to_canonical(ref)
+        ref_a = sitk.GetArrayFromImage(ref_c)
     for seed in seeds:
         rng = np.random.default_rng([seed, sum(map(ord, name))])
         for i in range(30):
@@ -32,13 +43,14 @@ for name, img, ref in (("LIDC-IDRI-0001", lidc, None), ("COPDGene-10002K", copd,
             for v in (1, 2):
                 m = r == v
                 ml = m.sum() * np.prod(cimg.GetSpacing()) / 1000
-                if ml < 50: continue
+                if ml < 50:
+                    continue
                 cnt = m.sum(axis=(0, 1))
                 own = cnt[(x < 0) if v == 1 else (x > 0)].sum() / cnt.sum()
-                out.append(dict(seed=seed, case=name, i=i, desc=desc, lung=v, ml=round(ml, 1), own=round(float(own), 3),
-                                xlo=round(x[0]), xhi=round(x[-1])))
-json.dump(out, open("runs/xprior_%s.json" % "_".join(map(str, seeds)), "w"))
+                out.append(dict(seed=seed, case=name, i=i, desc=desc, lung=v, ml=round(ml, 1), own=round(float(own), 3), xlo=round(x[0]), xhi=round(x[-1])))
+json.dump(out, open("runs/xprior_{}.json".format("_".join(map(str, seeds))), "w"))
 own = np.array([o["own"] for o in out])
 print(len(out), "own>=0.9:", (own >= 0.9).mean(), "own<0.5:", (own < 0.5).mean())
 for o in out:
-    if o["own"] < 0.5: print(o)
+    if o["own"] < 0.5:
+        print(o)

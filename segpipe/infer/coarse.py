@@ -36,12 +36,11 @@ from segpipe.refine import (
 )
 from segpipe.refine._util import FULL, component_sizes, label, on_faces
 from segpipe.refine.body import BodyParams
-from segpipe.refine.sides import AERATED_HU, FLANK_REACH_MM
+from segpipe.refine.sides import AERATED_HU, FLANK_REACH_MM, WEAK_CUES
 
 __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
 SIDES = (("right", 1), ("left", 2))
-WEAK_CUES = ("the scanner's centre", "the side the view shows", "the network's majority vote")  # sided a lone lung: warn
 CUT_LUNG_SHARE = 0.05  # a lung the scan's edge cuts counts with this share of min_lung_ml
 BESIDE_SHARE = 0.006  # a cut piece beside a found base at the same end of the scan: this share of min_lung_ml (0.3 mL)
 INSIDE_SHARE = 0.5  # a find needs this share of its sure lung inside the body (not in the band beyond the skin)
@@ -376,6 +375,6 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
         boxes, padding_in_plane,
     )
     warnings = [] if boxes else ["no lung found: the scan may not include the chest; the mask is empty"]
-    if boxes and cues and cues[0] in WEAK_CUES:
+    if len(boxes) == 1 and cues and cues[0] in WEAK_CUES:
         warnings.append(f"one lung in a view that cuts the body, named {' and '.join(boxes)} from {cues[0]}: check its side")
     return result, warnings

@@ -293,6 +293,9 @@ def _opposite(a: np.ndarray, b: np.ndarray, midline_x: float | None, left_vote: 
     return 0 not in votes and votes[0] != votes[1] and (votes[0] == 1) == a_right
 
 
+WEAK_CUES = ("the scanner's centre", "the side the view shows", "the network's majority vote")  # a lone lung sided by these: warn
+
+
 def _one_lung_side(single: np.ndarray, halves: np.ndarray, midline_x: float | None, left_vote: np.ndarray | None,
                    view_side: int, flank: int = 0, centre_x: float | None = None) -> tuple[int, str]:
     """The side of ``single`` where it is one lung, 0 where it is two (split into ``halves``),
