@@ -65,13 +65,16 @@ def score(seeds, use_centre=True, shift_mm=0.0, verbose=False):
     return s, rows
 
 
-if __name__ == "__main__":
-    shift = float(sys.argv[1])
-    seeds = [int(x) for x in sys.argv[2:]]
-    a, ra = score(seeds, use_centre=False)
-    b, rb = score(seeds, shift_mm=shift)
-    print("without", a)
-    print("with", b)
+def compare(a, ra, b, rb, names=("without", "with")):
+    """Print two runs' summaries and every lung whose found share moved by more than 0.02."""
+    print(names[0], a)
+    print(names[1], b)
     for x, y in zip(ra, rb):
         if abs(x["found"] - y["found"]) > 0.02:
             print(f"  {x['seed']} {x['case'][:6]} {x['i']:2d} {x['desc']:40s} {x['lung']} {x['ml']:7.1f}  {x['found']:.2f} -> {y['found']:.2f}")
+
+
+if __name__ == "__main__":
+    shift = float(sys.argv[1])
+    seeds = [int(x) for x in sys.argv[2:]]
+    compare(*score(seeds, use_centre=False), *score(seeds, shift_mm=shift))

@@ -42,9 +42,4 @@ shift = float(sys.argv[1])
 seeds = [int(x) for x in sys.argv[2:]]
 a, ra = offx.score(seeds, shift_mm=shift)
 S.joined_lungs = joined
-b, rb = offx.score(seeds, shift_mm=shift)
-print("A", a)
-print("B", b)
-for x, y in zip(ra, rb):
-    if abs(x["found"] - y["found"]) > 0.02:
-        print(f"  {x['seed']} {x['case'][:6]} {x['i']:2d} {x['desc']:40s} {x['lung']} {x['ml']:7.1f}  {x['found']:.2f} -> {y['found']:.2f}")
+offx.compare(a, ra, *offx.score(seeds, shift_mm=shift), names=("A", "B"))
