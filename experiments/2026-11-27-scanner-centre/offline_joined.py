@@ -41,5 +41,5 @@ def split(found, **kw):
 shift = float(sys.argv[1])
 seeds = [int(x) for x in sys.argv[2:]]
 a, ra = offx.score(seeds, shift_mm=shift)
-S.joined_lungs = joined
+S.joined_lungs, S.split_sides = joined, split
 offx.compare(a, ra, *offx.score(seeds, shift_mm=shift), names=("A", "B"))
