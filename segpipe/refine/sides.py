@@ -147,16 +147,19 @@ def _left_share(mask: np.ndarray, midline_x: float) -> float:
     return float(counts[np.arange(counts.size) > midline_x].sum()) / max(1, int(counts.sum()))
 
 
+def _side_of(mask: np.ndarray, x: float) -> int:
+    """1 (right) or 2 (left) where nine tenths of ``mask`` lie on that side of x index ``x``; 0 otherwise."""
+    share = _left_share(mask, x)
+    return 2 if share > 0.9 else 1 if share < 0.1 else 0
+
+
 def centre_side(mask: np.ndarray, centre_x: float | None) -> int:
     """1 (right) or 2 (left) where nine tenths of ``mask`` lie on that side of ``centre_x``
     (the x index of the scanner's centre, physical x = 0); 0 otherwise or without it. A CT
     scanner's patient coordinates have x = 0 at the gantry's centre, where the patient lies:
     in a field of view that cuts the body, where the view's middle is not the body's, a lung
     beyond it lies on its own side (98 % of the lungs in random crops of the real scans)."""
-    if centre_x is None:
-        return 0
-    share = _left_share(mask, centre_x)
-    return 2 if share > 0.9 else 1 if share < 0.1 else 0
+    return 0 if centre_x is None else _side_of(mask, centre_x)
 
 
 def piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int:
@@ -280,10 +283,8 @@ def _opposite(a: np.ndarray, b: np.ndarray, midline_x: float | None, left_vote: 
     of each, or nine tenths where ``a`` is itself ``two`` lungs by the vote (then ``b`` is more
     likely a piece of one of them)."""
     if midline_x is not None:
-        share_a, share_b = _left_share(a, midline_x), _left_share(b, midline_x)
-        a_side = 2 if share_a > 0.5 else 1
-        if min(share_a, share_b) < 0.1 and max(share_a, share_b) > 0.9 and (
-                left_vote is None or _vote_side(a, left_vote) != 3 - a_side):
+        a_side, b_side = _side_of(a, midline_x), _side_of(b, midline_x)
+        if {a_side, b_side} == {1, 2} and (left_vote is None or _vote_side(a, left_vote) != 3 - a_side):
             return True
     if left_vote is None:
         return False
@@ -316,9 +317,9 @@ def _one_lung_side(single: np.ndarray, halves: np.ndarray, midline_x: float | No
             if side:
                 return side, cue
     if midline_x is not None:
-        left_share = _left_share(single, midline_x)
-        if left_share < 0.1 or left_share > 0.9:
-            return (flank, "the flank beside it") if flank else (2 if left_share > 0.5 else 1, "the body's midline")
+        side = _side_of(single, midline_x)
+        if side:
+            return (flank, "the flank beside it") if flank else (side, "the body's midline")
     return 0, ""
 
 
