@@ -166,7 +166,10 @@ class AugmentConfig:
     ``fov_side``: share of those cuts that are side cuts where the patch holds both lungs
     (:func:`segpipe.train.patches.cut_beside_lung`: a view that holds one lung and only a
     medial strip of the other, a cardiac-centred crop or a field of view off the midline); 0
-    turns it off. ``fov_label``: the labels beyond a box, slab or side cut: ``"background"``,
+    turns it off. ``fov_side_strip``: the share of the other lung's width a side cut keeps,
+    drawn from this range; a negative share cuts in the gap between the lungs instead (-1 at
+    the kept lung's medial face): a view that holds one lung and none of the other.
+    ``fov_label``: the labels beyond a box, slab or side cut: ``"background"``,
     or with ``fov_fill: edge`` also ``"edge"`` (the kept part's edge labels repeated with its
     image, so a repeated lung edge is not taught as background: at inference that padding lies
     outside the scan and is dropped)."""
@@ -186,6 +189,7 @@ class AugmentConfig:
     fov_keep: tuple[float, float] = (0.35, 0.9)
     fov_fill: str = "air"
     fov_side: float = 0.0
+    fov_side_strip: tuple[float, float] = (0.05, 0.35)
     fov_label: str = "background"
 
     def __post_init__(self) -> None:
@@ -193,6 +197,8 @@ class AugmentConfig:
             raise ConfigError(f"augment.fov_label: expected 'background' or 'edge', got {self.fov_label!r}")
         if self.fov_label == "edge" and self.fov_fill != "edge":
             raise ConfigError("augment.fov_label: 'edge' repeats the labels with the image; it needs fov_fill: edge")
+        if not -1.0 <= self.fov_side_strip[0] <= self.fov_side_strip[1] <= 1.0:
+            raise ConfigError(f"augment.fov_side_strip: expected -1 <= low <= high <= 1, got {list(self.fov_side_strip)}")
         if not 0.0 <= self.fov_side <= 1.0:
             raise ConfigError(f"augment.fov_side: expected 0..1, got {self.fov_side}")
         if self.fov_fill not in ("air", "edge"):

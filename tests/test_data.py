@@ -459,6 +459,44 @@ def test_cut_beside_lung_keeps_one_lung_and_a_medial_strip_of_the_other() -> Non
         AugmentConfig(fov_side=1.5)
 
 
+def test_cut_beside_lung_with_a_negative_strip_keeps_one_lung_only() -> None:
+    """A negative ``strip`` share cuts in the gap between the lungs: the view holds one lung
+    whole and none of the other, the cut that share of the way from the other lung's medial
+    face toward the kept one's (-1: right at the kept lung's face); either lung kept."""
+    from segpipe.config import AugmentConfig
+    from segpipe.train.patches import cut_beside_lung
+
+    lbl = np.zeros((4, 10, 60), np.uint8)
+    lbl[:, 2:8, 5:25] = 1  # right lung: columns 5-24
+    lbl[:, 2:8, 35:55] = 2  # left lung: columns 35-54; the gap is columns 25-34
+    img = np.where(lbl > 0, -850.0, 40.0).astype(np.float32)
+    kept = set()
+    for seed in range(20):
+        a, b = cut_beside_lung(img, lbl, np.random.default_rng(seed), strip=(-1.0, -1.0))
+        present = {int(c) for c in np.unique(b) if c}
+        assert len(present) == 1
+        side = present.pop()
+        kept.add(side)
+        assert (b == side).sum() == (lbl == side).sum()  # whole
+        if side == 1:  # cut at the right lung's medial face: column 25 onwards is air
+            assert (a[:, :, 25:] == -1024.0).all() and (a[:, :, :25] == img[:, :, :25]).all()
+        else:
+            assert (a[:, :, :35] == -1024.0).all() and (a[:, :, 35:] == img[:, :, 35:]).all()
+    assert kept == {1, 2}
+    for seed in range(20):  # half-way into the gap: five of its ten columns kept
+        a, b = cut_beside_lung(img, lbl, np.random.default_rng(seed), strip=(-0.5, -0.5))
+        side = int(b.max())
+        tissue = np.flatnonzero(a[0, 0] == 40.0)
+        gap = [x for x in tissue if 25 <= x < 35]
+        assert len(gap) == 5 and (gap[0] == 25 if side == 1 else gap[-1] == 34)
+    assert AugmentConfig().fov_side_strip == (0.05, 0.35)
+    AugmentConfig(fov_side_strip=(-1.0, 0.35))
+    with pytest.raises(ConfigError, match="fov_side_strip"):
+        AugmentConfig(fov_side_strip=(-1.5, 0.35))
+    with pytest.raises(ConfigError, match="fov_side_strip"):
+        AugmentConfig(fov_side_strip=(0.3, 0.1))
+
+
 def test_field_of_view_cuts_can_repeat_the_edge_labels_with_the_image() -> None:
     """``edge_label``: beyond a box, slab or side cut the labels repeat the kept part's edge as
     the image does (a lung cut by the view is not taught as background beyond its edge); a

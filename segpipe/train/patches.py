@@ -225,7 +225,8 @@ class PatchDataset:
                 fill = getattr(self.augment, "fov_fill", "air")
                 edge_label = getattr(self.augment, "fov_label", "background") == "edge"
                 side = getattr(self.augment, "fov_side", 0.0)
-                cut = (cut_beside_lung(img, lbl, rng, fill=fill, edge_label=edge_label)
+                strip = tuple(getattr(self.augment, "fov_side_strip", SIDE_STRIP))
+                cut = (cut_beside_lung(img, lbl, rng, strip, fill=fill, edge_label=edge_label)  # type: ignore[arg-type]
                        if side > 0 and rng.random() < side else None)
                 img, lbl = cut if cut is not None else cut_field_of_view(
                     img, lbl, rng, self.augment.fov_keep, fill=fill, edge_label=edge_label)  # type: ignore[attr-defined]
@@ -297,7 +298,9 @@ def cut_beside_lung(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator,
     """A ``(z, y, x)`` HU patch and its labels cut as a view that holds one lung and only a
     medial strip of the other (a cardiac-centred crop, a field of view off the midline): the x
     cut runs through the other lung at a share drawn from ``strip`` of its width, counted
-    from its medial face, and keeps the side of the first lung. Beyond the cut the image is
+    from its medial face, and keeps the side of the first lung. A negative share cuts in the
+    gap between the two lungs instead, that share of the way from the other lung's medial face
+    to the kept lung's (-1: at the kept lung's face): a view that holds one lung only. Beyond the cut the image is
     air, or with ``fill="edge"`` the kept part's edge repeated; the labels there are
     background (with ``edge_label`` and ``fill="edge"``: the edge's labels repeated too).
     Which lung is kept whole is drawn. None when the patch does not hold both
@@ -314,10 +317,16 @@ def cut_beside_lung(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator,
     share = float(rng.uniform(*strip))
     n = img.shape[2]
     if o0 > w0:  # the other lung lies at higher x: keep [0, cut)
-        cut = o0 + max(1, int(round(share * (o1 - o0 + 1))))
+        if share >= 0:
+            cut = o0 + max(1, int(round(share * (o1 - o0 + 1))))
+        else:  # in the gap: from the other lung's first column back toward the kept lung's last
+            cut = max(w1 + 1, o0 + int(round(share * max(0, o0 - w1 - 1))))
         keep = slice(0, min(n, cut))
     else:  # it lies at lower x: keep [cut, n)
-        cut = o1 + 1 - max(1, int(round(share * (o1 - o0 + 1))))
+        if share >= 0:
+            cut = o1 + 1 - max(1, int(round(share * (o1 - o0 + 1))))
+        else:
+            cut = min(w0, o1 + 1 - int(round(share * max(0, w0 - o1 - 1))))
         keep = slice(max(0, cut), n)
     return _keep_box(img, lbl, (slice(None), slice(None), keep), fill, edge_label)
 
