@@ -24,6 +24,8 @@ __all__ = ["qc_picture", "training_curves"]
 QC_WINDOW_HU = (-1350.0, 150.0)
 #: Outline colours of label 1 (right lung) and label 2 (left lung).
 QC_COLOURS = {1: "#ff5a36", 2: "#2fc7ff"}
+#: Colour of the warning lines under the views.
+QC_WARNING_COLOUR = "#ffa500"
 #: Colour (RGBA, 0..1) of the density overlay: lung voxels below -950 HU (LAA-950).
 QC_LAA_COLOUR = (0.25, 1.0, 0.25, 0.8)
 
@@ -38,6 +40,7 @@ def qc_picture(
     dpi: int = 110,
     density_overlay: bool = False,
     hu_offset: float = 0.0,
+    warnings: list[str] | tuple[str, ...] = (),
 ) -> Path:
     """Write a PNG with axial, coronal and sagittal slices through the lungs.
 
@@ -57,6 +60,8 @@ def qc_picture(
         density_overlay: paint the LAA-950 voxels of the lungs (needs ``label``).
         hu_offset: added to the image's values (HU) before display and the overlay, as the
             segmenter does (scans stored as HU + 1024: -1024).
+        warnings: lines written under the views in orange (the segmenter's warnings: what to
+            check in this picture, such as a lone lung's side).
 
     Returns:
         The written path.
@@ -102,6 +107,8 @@ def qc_picture(
     heights = [abs(v[1][3] - v[1][2]) for v in views]
     fig_h = 4.2
     fig_w = sum(w / h * 3.6 for w, h in zip(widths, heights)) + 0.6
+    notes = [f"warning: {w}" for w in warnings]
+    fig_h += 0.16 * len(notes)
     fig = Figure(figsize=(min(max(fig_w, 6.0), 18.0), fig_h), facecolor="black")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [w / h for w, h in zip(widths, heights)]})
@@ -144,7 +151,10 @@ def qc_picture(
         )
     text = info if title is None else f"{title}\n{info}"
     fig.suptitle(text, color="white", fontsize=8)
-    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.02, top=0.9 - 0.04 * text.count("\n"), wspace=0.03)
+    bottom = 0.02 + (0.16 * len(notes) + 0.05) / fig_h if notes else 0.02
+    if notes:
+        fig.text(0.01, 0.01, "\n".join(notes), color=QC_WARNING_COLOUR, fontsize=8, ha="left", va="bottom")
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=bottom, top=0.9 - 0.04 * text.count("\n") * 4.2 / fig_h, wspace=0.03)
     _atomic_savefig(fig, out, dpi)
     return out
 

@@ -45,6 +45,22 @@ def test_qc_picture_same_view_for_every_storage_orientation(phantom, tmp_path: P
         assert np.abs(got[body] - ref[body]).max() < 1e-6
 
 
+def test_qc_picture_shows_warnings_under_the_views(phantom, tmp_path: Path) -> None:
+    """The segmenter's warnings are written in orange under the views, the panels kept whole
+    (the picture grows by a line per warning); none without warnings."""
+    plain = _pixels(qc_picture(phantom.image, phantom.label, tmp_path / "plain.png", title="x"))
+    lines = ["one lung in a view that cuts the body, named left from the scanner's centre: check its side", "second"]
+    warned = _pixels(qc_picture(phantom.image, phantom.label, tmp_path / "warned.png", title="x", warnings=lines))
+
+    def orange(rgb: np.ndarray) -> np.ndarray:
+        return (rgb[..., 0] > 0.9) & (rgb[..., 1] > 0.5) & (rgb[..., 1] < 0.8) & (rgb[..., 2] < 0.2)
+
+    assert not orange(plain[..., :3]).any()
+    rows = np.flatnonzero(orange(warned[..., :3]).any(axis=1))
+    assert rows.size and rows.min() > 0.8 * warned.shape[0]  # below the views
+    assert warned.shape[0] > plain.shape[0] and warned.shape[1] == plain.shape[1]
+
+
 def test_qc_picture_errors(phantom, tmp_path: Path) -> None:
     small = sitk.Image(10, 10, 10, sitk.sitkUInt8)
     with pytest.raises(GeometryError, match="label on the image grid"):

@@ -186,7 +186,8 @@ def segment_job(
     _write_outputs(segmenter, job, result.label, result.report, series_uid)
     if qc:
         name = _dicom_name(job.input) if job.input.is_dir() else job.input.name  # a DICOM folder named "dicom": its parent's name
-        qc_picture(image, result.label, job.qc, title=f"{name}: segpipe lungs", density_overlay=qc_density, hu_offset=hu_offset)
+        qc_picture(image, result.label, job.qc, title=f"{name}: segpipe lungs", density_overlay=qc_density, hu_offset=hu_offset,
+                   warnings=result.report.get("warnings", ()))
         result.report["qc"] = str(job.qc)
     tmp = job.report.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result.report, indent=1))
