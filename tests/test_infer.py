@@ -388,7 +388,13 @@ def test_predict_file_writes_mask_and_report(model_path: Path, scan: sitk.Image,
     _force_boxes(monkeypatch)
     src = io.write_image(spatial.reorient(scan, "LAS"), tmp_path / "in.nrrd")
     seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    import segpipe.report
+
+    drawn: dict = {}
+    real_qc = segpipe.report.qc_picture
+    monkeypatch.setattr(segpipe.report, "qc_picture", lambda *a, **kw: drawn.update(kw) or real_qc(*a, **kw))
     report = seg.predict_file(src, tmp_path / "mask.nii.gz", qc=True)
+    assert drawn["warnings"] == report["warnings"]  # the QC picture shows the report's warnings
     mask = io.read_image(tmp_path / "mask.nii.gz")
     assert spatial.same_geometry(mask, io.read_image(src), atol_mm=1e-4)  # NIfTI stores float32
     assert json.loads((tmp_path / "mask.json").read_text())["volumes_ml"] == report["volumes_ml"]
