@@ -110,7 +110,8 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
                                                    "(the command line overrides them)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="default: auto (CUDA when present)")
     p.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
-                   help="no window overlap in the fine stage (faster, rougher); --no-fast undoes a config's fast: true")
+                   help="no window overlap in the fine stage and one coarse pass in a narrow view (faster, rougher); "
+                        "--no-fast undoes a config's fast: true")
     p.add_argument("--min-lung-ml", type=_non_negative_float, default=None, metavar="ML",
                    help="smallest lung (mL the coarse stage is sure of) that counts as found, a twentieth of it for a lung "
                         "the scan's edge cuts; smaller finds are taken for bowel gas (default 50)")

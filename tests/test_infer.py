@@ -446,8 +446,41 @@ def _locate(seg: infer.LungSegmenter, image: sitk.Image, label: np.ndarray, conf
 
     monkeypatch.setattr(coarse, "load_network", lambda *args: "coarse net")
     monkeypatch.setattr(segpipe.model, "sliding_window_probs", fake_probs)
-    s = dataclasses.replace(seg.settings, coarse_mm=(4.0, 4.0, 4.0))
+    s = dataclasses.replace(seg.settings, coarse_mm=(4.0, 4.0, 4.0), view_zooms=(1.0,))  # the zoomed runs: see test_a_narrow_view_averages_the_coarse_zooms
     return coarse.locate(image, seg.weights["coarse"], s)
+
+
+def test_a_narrow_view_averages_the_coarse_zooms(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A field of view narrower than a body (under 300 mm in x or y) runs the coarse network
+    on each of ``view_zooms`` (in-plane sizes scaled, z kept) for its side vote and says so in
+    the result; a view as wide as a body, or ``fast``, runs it once."""
+    import segpipe.model
+
+    shapes: list[tuple[int, ...]] = []
+
+    def fake_probs(net, array, stage, window_hu, device, **kwargs):  # type: ignore[no-untyped-def]
+        shapes.append(array.shape)
+        lung = (np.asarray(array) < -500).astype(np.float32)
+        return torch.from_numpy(np.stack([1 - lung, lung, np.zeros_like(lung)]))
+
+    monkeypatch.setattr(coarse, "load_network", lambda *args: "coarse net")
+    monkeypatch.setattr(segpipe.model, "sliding_window_probs", fake_probs)
+    image, _ = _coarse_phantom()  # 160 mm across
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    s = dataclasses.replace(seg.settings, coarse_mm=(4.0, 4.0, 4.0))
+    assert s.view_zooms == (0.8, 1.0, 1.25) and s.narrow_view_mm == 300.0
+    result, _ = coarse.locate(image, seg.weights["coarse"], s)
+    assert result.zooms == (0.8, 1.0, 1.25)
+    assert shapes == [(40, 40, 40), (40, 32, 32), (40, 50, 50)]  # the plain run, then the other zooms
+    shapes.clear()
+    result, _ = coarse.locate(image, seg.weights["coarse"], dataclasses.replace(s, fast=True))
+    assert result.zooms == (1.0,) and shapes == [(40, 40, 40)]
+    wide = sitk.ConstantPad(image, (20, 20, 0), (20, 20, 0), -1000.0)  # 320 mm across
+    shapes.clear()
+    result, _ = coarse.locate(wide, seg.weights["coarse"], s)
+    assert result.zooms == (1.0,) and shapes == [(40, 80, 80)]
+    with pytest.raises(ValueError, match="view_zooms"):
+        infer.LungSegmenter.from_file(model_path, device="cpu", view_zooms=())
 
 
 def test_a_side_needs_min_lung_ml_of_confident_coarse_lung(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -210,6 +210,8 @@ class CoarseResult:
         padding: the scanner's padding in the scan (:func:`segpipe.spatial.in_plane_image` of
             its footprint, and its value), for the fine stage to raise it to air as the coarse
             stage did; ``None`` where there is none.
+        zooms: the in-plane zooms whose probabilities the coarse network averaged
+            (:meth:`segpipe.infer.settings.Settings.coarse_zooms`).
     """
 
     geometry: spatial.Geometry
@@ -220,6 +222,7 @@ class CoarseResult:
     airways: np.ndarray
     boxes: dict[str, spatial.Box]
     padding: tuple[sitk.Image | None, float] | None = None
+    zooms: tuple[float, ...] = (1.0,)
 
     def inside_on(self, grid: spatial.Geometry) -> np.ndarray:
         """The body less the airways, looked up (nearest voxel) on ``grid`` (canonical
@@ -301,7 +304,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     returns the result and warnings."""
     import torch
 
-    from segpipe.model import any_lung, sliding_window_probs
+    from segpipe.model import any_lung, sliding_window_probs, zoom_averaged_probs
 
     coarse_mm = spatial.spacing_for_size(canonical, tuple(s.coarse_size_xyz)) if s.coarse_size_xyz else s.coarse_mm
     scan_padding = padding_of(sitk.GetArrayViewFromImage(canonical), s.rules.body)  # the scanner's padding: raised to air
@@ -315,12 +318,18 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
         array[:zs.start] = array[zs.start]
         array[zs.stop:] = array[zs.stop - 1]
     net = load_network("coarse", s.coarse, weights, s.device)
-    probs = sliding_window_probs(net, array, s.coarse, s.window_hu, s.device, accumulate_on=s.device,
-                                 sw_batch=s.window_batch(s.coarse), overlap=s.coarse.overlap)
+    run = partial(sliding_window_probs, net, stage=s.coarse, window_hu=s.window_hu, device=s.device, accumulate_on=s.device,
+                  sw_batch=s.window_batch(s.coarse), overlap=s.coarse.overlap)
+    probs = run(array)
     lung = any_lung(probs)
-    left_vote = (probs[2] > probs[1]).numpy()
     confident = (probs[0] <= 1.0 - s.confident).numpy()
-    del net, probs, array
+    # a view narrower than a body shows part of one at a scale the network cannot read from the
+    # body's outline: its vote on the sides is averaged over in-plane zooms of its input
+    sx, sy = coarse_img.GetSpacing()[:2]
+    zooms = s.coarse_zooms((array.shape[2] * sx, array.shape[1] * sy))
+    votes = zoom_averaged_probs(run, array, zooms, plain=probs) if len(zooms) > 1 else probs
+    left_vote = (votes[2] > votes[1]).numpy()
+    del run, net, probs, votes, array
     if s.device.type == "cuda":
         torch.cuda.empty_cache()
     release_freed_memory()
@@ -372,7 +381,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     result = CoarseResult(
         spatial.Geometry.of(coarse_img), tuple(coarse_img.GetSpacing()),  # type: ignore[arg-type]
         spatial.copy_geometry(np.asarray(_on_grid(lung[near], near, lung.shape), np.float32), coarse_img), sides, body, airways,
-        boxes, padding_in_plane,
+        boxes, padding_in_plane, zooms,
     )
     warnings = [] if boxes else ["no lung found: the scan may not include the chest; the mask is empty"]
     if len(boxes) == 1 and cues and cues[0] in WEAK_CUES:

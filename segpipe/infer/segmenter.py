@@ -39,7 +39,7 @@ from segpipe.infer.coarse import CoarseResult, locate
 from segpipe.infer.fine import FineNetwork, RegionResult, segment_region
 from segpipe.infer.regions import Region, plan_regions
 from segpipe.infer.scan import Scan, ScanSource, read_scan
-from segpipe.infer.settings import MIN_LUNG_ML, Settings, peak_rss_bytes
+from segpipe.infer.settings import MIN_LUNG_ML, VIEW_ZOOMS, Settings, peak_rss_bytes
 from segpipe.model import DEFAULT_MODEL, ModelHeader
 from segpipe.refine import RuleReport, RuleSet, run_rules
 
@@ -64,7 +64,7 @@ class LungSegmenter:
         weights: ``{"coarse": state_dict, "fine": state_dict}``.
         device: ``"auto"`` (CUDA when present), ``"cpu"`` or ``"cuda"``.
         fast: no window overlap in the fine stage (about 2-3x fewer windows; slightly rougher
-            borders between windows).
+            borders between windows), and one coarse pass in a narrow view.
         sw_batch_size: windows per forward pass (default: one on a CPU running bf16, where that
             is fastest, else the stage's training batch size).
         progress: log each stage.
@@ -75,6 +75,9 @@ class LungSegmenter:
         rules: changes to the clean-up rules stored in the model file: per rule name, ``False``
             / ``True`` (off / on) or a mapping of parameters (``segpipe rules`` lists them), or
             a whole :class:`segpipe.refine.RuleSet`.
+        view_zooms: in a field of view narrower than a body (under 300 mm in x or y), the coarse
+            network's probabilities are averaged over these in-plane zooms of its input
+            (default 0.8, 1, 1.25; ``(1.0,)``: one pass). Whole-body views run once.
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class LungSegmenter:
         progress: bool = False,
         min_lung_ml: float = MIN_LUNG_ML,
         rules: RuleSet | Mapping[str, Any] | None = None,
+        view_zooms: tuple[float, ...] = VIEW_ZOOMS,
     ) -> None:
         # the inference libraries are imported here, with the model, not inside the first
         # predict: importing MONAI alone takes 2-4 s, a set-up cost paid once per process
@@ -98,6 +102,9 @@ class LungSegmenter:
 
         if not min_lung_ml >= 0:
             raise ValueError(f"min_lung_ml: expected >= 0, got {min_lung_ml}")
+        view_zooms = tuple(float(f) for f in view_zooms)
+        if not view_zooms or not all(0.25 <= f <= 4.0 for f in view_zooms):
+            raise ValueError(f"view_zooms: expected one or more factors in 0.25..4, got {list(view_zooms)}")
         try:
             stored = RuleSet.from_dict(header.refine, "refine")
         except ConfigError as err:
@@ -112,7 +119,7 @@ class LungSegmenter:
             coarse=header.coarse.config(), fine=header.fine.config(), coarse_mm=tuple(header.spacing.coarse_mm),
             coarse_size_xyz=header.spacing.coarse_size_xyz, fine_mm=tuple(header.spacing.fine_mm),
             window_hu=tuple(header.intensity.window_hu), margin_mm=float(header.margin_mm), device=resolve_device(device),
-            fast=fast, sw_batch_size=sw_batch_size, min_lung_ml=float(min_lung_ml), rules=rules,
+            fast=fast, sw_batch_size=sw_batch_size, min_lung_ml=float(min_lung_ml), rules=rules, view_zooms=view_zooms,
         )  # type: ignore[arg-type]
 
     @property
@@ -231,6 +238,7 @@ class LungSegmenter:
             "fine_regions": {r.region.name if isinstance(r, RegionResult) else r.name:
                              (r.region if isinstance(r, RegionResult) else r).to_dict(scan.geometry_c, s) for r in regions},
             "spacings_used_mm": {"coarse": [round(v, 4) for v in coarse.spacing_mm], "fine": list(s.fine_mm)},
+            "coarse_zooms": list(coarse.zooms),
             "rules": {r.name: r.to_dict() for r in rules},
             "timings_s": clock.timings(),
             "peak_memory": {

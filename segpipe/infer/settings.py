@@ -11,9 +11,11 @@ from typing import Any
 from segpipe.config import StageConfig
 from segpipe.refine import RuleSet
 
-__all__ = ["Settings", "MIN_LUNG_ML"]
+__all__ = ["Settings", "MIN_LUNG_ML", "VIEW_ZOOMS", "NARROW_VIEW_MM"]
 
 MIN_LUNG_ML = 50.0  # default of LungSegmenter(min_lung_ml=...)
+VIEW_ZOOMS = (0.8, 1.0, 1.25)  # the coarse stage's in-plane zooms in a narrow view
+NARROW_VIEW_MM = 300.0  # a field of view narrower than this in x or y is narrower than a body
 
 
 @dataclass(frozen=True)
@@ -27,11 +29,16 @@ class Settings:
         window_hu: the fixed intensity window of the networks.
         margin_mm: margin around each coarse lung (the training crops' margin).
         device: torch device.
-        fast: no window overlap in the fine stage.
+        fast: no window overlap in the fine stage, and one coarse pass in a narrow view.
         sw_batch_size: windows per forward pass (None: :func:`segpipe.device.window_batch`).
         min_lung_ml: a side counts as found only with this much confident coarse lung.
         confident: coarse lung probability that counts towards ``min_lung_ml``.
         rules: the clean-up steps' parameters.
+        view_zooms: in a narrow view (:attr:`narrow_view_mm`), the coarse network's
+            probabilities are averaged over these in-plane zooms of its input
+            (:func:`segpipe.model.zoom_averaged_probs`); ``(1.0,)``: one pass.
+        narrow_view_mm: a scan whose field of view is narrower than this in x or y (narrower
+            than a body: a cardiac-centred crop, a field of view over one lung).
     """
 
     coarse: StageConfig
@@ -47,6 +54,15 @@ class Settings:
     min_lung_ml: float = MIN_LUNG_ML
     confident: float = 0.9
     rules: RuleSet = RuleSet()
+    view_zooms: tuple[float, ...] = VIEW_ZOOMS
+    narrow_view_mm: float = NARROW_VIEW_MM
+
+    def coarse_zooms(self, extent_mm_xy: tuple[float, float]) -> tuple[float, ...]:
+        """The in-plane zooms of the coarse stage for a scan whose field of view spans
+        ``extent_mm_xy`` (x, y mm): :attr:`view_zooms` in a narrow view (not with ``fast``),
+        else one pass."""
+        narrow = min(extent_mm_xy) < self.narrow_view_mm
+        return self.view_zooms if narrow and not self.fast else (1.0,)
 
     @property
     def fine_overlap(self) -> float:

@@ -32,7 +32,7 @@ from segpipe.model.file import (
     save_model,
 )
 from segpipe.model.intensity import normalise_hu
-from segpipe.model.sliding import any_lung, channel_probability_, sliding_window_probs
+from segpipe.model.sliding import any_lung, channel_probability_, sliding_window_probs, zoom_averaged_probs
 
 if TYPE_CHECKING:
     from segpipe.model.network import UNet3D, build_network, load_network_config, stage_widths
@@ -52,6 +52,7 @@ __all__ = [
     "FORMAT_VERSION",
     "DEFAULT_MODEL",
     "sliding_window_probs",
+    "zoom_averaged_probs",
     "any_lung",
     "channel_probability_",
 ]

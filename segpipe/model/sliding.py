@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from segpipe.config import StageConfig
 from segpipe.model.intensity import normalise_hu
 
-__all__ = ["sliding_window_probs", "any_lung", "channel_probability_"]
+__all__ = ["sliding_window_probs", "zoom_averaged_probs", "any_lung", "channel_probability_"]
 
 
 def sliding_window_probs(
@@ -60,6 +61,43 @@ def sliding_window_probs(
         if channel is None:
             return torch.softmax(logits.float(), dim=1)[0].cpu()
         return channel_probability_(logits.float()[0], channel).cpu()
+
+
+def zoom_averaged_probs(run: Callable[[np.ndarray], Any], array_zyx: np.ndarray, zooms: tuple[float, ...], *,
+                        plain: Any | None = None) -> Any:
+    """``run`` (an array to its ``(C, Z, Y, X)`` probabilities, a CPU tensor, such as
+    :func:`sliding_window_probs` with its network and stage) averaged over in-plane zooms of the
+    array (test-time augmentation by scale): for each factor ``f`` of ``zooms`` the array is
+    resampled (linear, the edge repeated) to ``f`` times its y and x size, run, and its
+    probabilities resampled back to the array's grid. A factor of 1 is the plain run, or
+    ``plain`` where given (its result, already run; left unchanged). Returns a new tensor."""
+    import torch
+    from scipy import ndimage
+
+    total = None
+    for f in zooms:
+        if f == 1.0:
+            probs = run(array_zyx) if plain is None else plain.clone()
+        else:
+            zoomed = ndimage.zoom(np.asarray(array_zyx, np.float32), (1.0, f, f), order=1, mode="nearest")
+            small = run(zoomed).numpy()
+            back = (1.0, array_zyx.shape[1] / zoomed.shape[1], array_zyx.shape[2] / zoomed.shape[2])
+            probs = _fit(torch.from_numpy(np.stack([ndimage.zoom(c, back, order=1, mode="nearest") for c in small])), array_zyx.shape)
+        total = probs if total is None else total.add_(probs)
+    if total is None:
+        raise ValueError("zoom_averaged_probs: expected one or more zooms")
+    return total.div_(len(zooms))
+
+
+def _fit(probs: Any, shape: tuple[int, ...]) -> Any:
+    """``(C, Z, Y, X)`` cut or edge-padded to ``shape`` (Z, Y, X): a zoom there and back can be a voxel off."""
+    import torch
+
+    probs = probs[:, : shape[0], : shape[1], : shape[2]]
+    if tuple(probs.shape[1:]) == tuple(shape):
+        return probs
+    pad = [(0, 0)] + [(0, a - b) for a, b in zip(shape, probs.shape[1:])]
+    return torch.from_numpy(np.pad(probs.numpy(), pad, mode="edge"))
 
 
 def any_lung(probs: Any) -> np.ndarray:
