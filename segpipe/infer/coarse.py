@@ -210,7 +210,7 @@ class CoarseResult:
         padding: the scanner's padding in the scan (:func:`segpipe.spatial.in_plane_image` of
             its footprint, and its value), for the fine stage to raise it to air as the coarse
             stage did; ``None`` where there is none.
-        zooms: the in-plane zooms whose probabilities the coarse network averaged
+        zooms: the in-plane zooms over which the coarse network's side vote was averaged
             (:meth:`segpipe.infer.settings.Settings.coarse_zooms`).
     """
 

@@ -76,7 +76,7 @@ class LungSegmenter:
             / ``True`` (off / on) or a mapping of parameters (``segpipe rules`` lists them), or
             a whole :class:`segpipe.refine.RuleSet`.
         view_zooms: in a field of view narrower than a body (under 300 mm in x or y), the coarse
-            network's probabilities are averaged over these in-plane zooms of its input
+            network's right/left vote is averaged over these in-plane zooms of its input
             (default 0.8, 1, 1.25; ``(1.0,)``: one pass). Whole-body views run once.
     """
 

@@ -34,9 +34,10 @@ class Settings:
         min_lung_ml: a side counts as found only with this much confident coarse lung.
         confident: coarse lung probability that counts towards ``min_lung_ml``.
         rules: the clean-up steps' parameters.
-        view_zooms: in a narrow view (:attr:`narrow_view_mm`), the coarse network's
-            probabilities are averaged over these in-plane zooms of its input
-            (:func:`segpipe.model.zoom_averaged_probs`); ``(1.0,)``: one pass.
+        view_zooms: in a narrow view (:attr:`narrow_view_mm`), the coarse network's side vote
+            (right or left) is averaged over these in-plane zooms of its input
+            (:func:`segpipe.model.zoom_averaged_probs`; its lung and confidence stay the plain
+            run's); ``(1.0,)``: one pass.
         narrow_view_mm: a scan whose field of view is narrower than this in x or y (narrower
             than a body: a cardiac-centred crop, a field of view over one lung).
     """
