@@ -26,6 +26,8 @@ QC_WINDOW_HU = (-1350.0, 150.0)
 QC_COLOURS = {1: "#ff5a36", 2: "#2fc7ff"}
 #: Colour of the warning lines under the views.
 QC_WARNING_COLOUR = "#ffa500"
+#: Height (inches) of the picture without warnings, and of each warning line under the views.
+QC_VIEWS_HEIGHT_IN, QC_LINE_IN = 4.2, 0.16
 #: Colour (RGBA, 0..1) of the density overlay: lung voxels below -950 HU (LAA-950).
 QC_LAA_COLOUR = (0.25, 1.0, 0.25, 0.8)
 
@@ -105,10 +107,9 @@ def qc_picture(
 
     widths = [abs(v[1][1] - v[1][0]) for v in views]
     heights = [abs(v[1][3] - v[1][2]) for v in views]
-    fig_h = 4.2
-    fig_w = sum(w / h * 3.6 for w, h in zip(widths, heights)) + 0.6
     notes = [f"warning: {w}" for w in warnings]
-    fig_h += 0.16 * len(notes)
+    fig_h = QC_VIEWS_HEIGHT_IN + QC_LINE_IN * len(notes)  # a line under the views per warning
+    fig_w = sum(w / h * 3.6 for w, h in zip(widths, heights)) + 0.6
     fig = Figure(figsize=(min(max(fig_w, 6.0), 18.0), fig_h), facecolor="black")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [w / h for w, h in zip(widths, heights)]})
@@ -151,10 +152,12 @@ def qc_picture(
         )
     text = info if title is None else f"{title}\n{info}"
     fig.suptitle(text, color="white", fontsize=8)
-    bottom = 0.02 + (0.16 * len(notes) + 0.05) / fig_h if notes else 0.02
+    bottom = 0.02
     if notes:
         fig.text(0.01, 0.01, "\n".join(notes), color=QC_WARNING_COLOUR, fontsize=8, ha="left", va="bottom")
-    fig.subplots_adjust(left=0.01, right=0.99, bottom=bottom, top=0.9 - 0.04 * text.count("\n") * 4.2 / fig_h, wspace=0.03)
+        bottom += (QC_LINE_IN * len(notes) + 0.05) / fig_h
+    top = 0.9 - 0.04 * text.count("\n") * QC_VIEWS_HEIGHT_IN / fig_h  # the title's lines keep their height in inches
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=bottom, top=top, wspace=0.03)
     _atomic_savefig(fig, out, dpi)
     return out
 

@@ -300,8 +300,8 @@ def cut_beside_lung(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator,
     cut runs through the other lung at a share drawn from ``strip`` of its width, counted
     from its medial face, and keeps the side of the first lung. A negative share cuts in the
     gap between the two lungs instead, that share of the way from the other lung's medial face
-    to the kept lung's (-1: at the kept lung's face): a view that holds one lung only. Beyond the cut the image is
-    air, or with ``fill="edge"`` the kept part's edge repeated; the labels there are
+    to the kept lung's (-1: at the kept lung's face): a view that holds one lung only. Beyond
+    the cut the image is air, or with ``fill="edge"`` the kept part's edge repeated; the labels there are
     background (with ``edge_label`` and ``fill="edge"``: the edge's labels repeated too).
     Which lung is kept whole is drawn. None when the patch does not hold both
     lungs side by side (the caller cuts another way)."""
