@@ -89,3 +89,31 @@ def test_coarse_sides_summary_counts_lost_lungs_and_those_named_by_the_other_sid
     assert s["lungs"] == 4 and s["lost"] == 2 and s["lost_to_other_side"] == 1  # 0.1 found is not lost
     assert s["found"] == pytest.approx(0.2375) and s["other"] == pytest.approx(0.275)
     assert summary([]) == {"lungs": 0, "found": None, "other": None, "lost": 0, "lost_to_other_side": 0}
+
+
+def test_turned_scans_turns_scan_and_reference_alike_on_the_same_grid() -> None:
+    """benchmarks/turned_scans.py: a quarter turn about z moves a lung voxel where the rotation
+    puts it, on the scan's own grid; the scan and its label turn alike; the score counts a lung
+    named by the other side as swapped."""
+    from turned_scans import score, turned
+
+    hu, ref, image = _two_lungs((2.0, 2.0, 2.0))
+    label = sitk.GetImageFromArray(ref)
+    label.CopyInformation(image)
+    same = turned(image, 0.0)
+    np.testing.assert_array_equal(sitk.GetArrayFromImage(same), hu)
+    quarter_hu = sitk.GetArrayFromImage(turned(image, 90.0))
+    quarter = sitk.GetArrayFromImage(turned(label, 90.0, label=True))
+    assert quarter_hu.shape == hu.shape and quarter.shape == ref.shape
+    assert set(np.unique(quarter)) <= {0, 1, 2}
+    lung_hu = quarter_hu[quarter > 0]
+    assert lung_hu.size > 0 and np.median(lung_hu) == pytest.approx(-850.0)  # scan and label turned alike
+    # the two lungs side by side in x now lie one behind the other in y
+    ys = [np.nonzero(quarter == v)[1].mean() for v in (1, 2)]
+    xs = [np.nonzero(quarter == v)[2].mean() for v in (1, 2)]
+    assert abs(ys[0] - ys[1]) > 20 and abs(xs[0] - xs[1]) < 5
+    result = score(ref, ref, 0.008)
+    assert result == {"dice": [1.0, 1.0], "swapped_ml": 0.0}
+    swapped = np.where(ref == 1, 2, ref).astype(np.uint8)
+    result = score(swapped, ref, 0.008)
+    assert result["dice"][0] == 0.0 and result["swapped_ml"] == pytest.approx((ref == 1).sum() * 0.008, abs=0.1)

@@ -124,6 +124,45 @@ def test_split_sides_by_geometry_two_components_and_touching_lungs() -> None:
     assert (boundary[0] == 19.5).all()  # rows without lungs take the median
 
 
+def _turned_lungs(degrees: float) -> np.ndarray:
+    """Two lungs (ellipses in each slice, 1 right at low x, 2 left) of a patient turned by
+    ``degrees`` in the scanner, touching at a front junction: one component."""
+    z, y, x = np.mgrid[0:24, 0:64, 0:64].astype(float)
+    t = np.radians(degrees)
+    u = (x - 32) * np.cos(t) + (y - 32) * np.sin(t)  # the patient's left-right axis
+    v = -(x - 32) * np.sin(t) + (y - 32) * np.cos(t)  # front-back
+    out = np.zeros((24, 64, 64), np.uint8)
+    out[((u + 12) / 10) ** 2 + (v / 20) ** 2 <= 1] = 1
+    out[((u - 12) / 10) ** 2 + (v / 20) ** 2 <= 1] = 2
+    junction = (np.abs(u) <= 9) & (v >= -19) & (v <= -14)  # the lungs meet in front of the heart
+    out[junction & (out == 0) & (u < 0)] = 1
+    out[junction & (out == 0) & (u >= 0)] = 2
+    out[:2] = out[-2:] = 0
+    return out
+
+
+def test_touching_lungs_of_a_turned_patient_are_split_along_their_junction() -> None:
+    """The front junction of a patient turned by 25 degrees runs at a slant: a per-slice
+    column through it gives a piece of one lung to the other; the lungs' cores, grown back
+    through the find, cut along the junction."""
+    from segpipe.refine.sides import _column_halves, _split_single
+
+    for degrees in (-25.0, 0.0, 25.0):
+        truth = _turned_lungs(degrees)
+        find = truth > 0
+        assert _util.label(find)[1] == 1
+        sides = split_sides(find)
+        for v in (1, 2):
+            assert (sides[truth == v] == v).mean() >= 0.99, (degrees, v)
+    column = _column_halves(_turned_lungs(25.0) > 0)
+    assert min((column[_turned_lungs(25.0) == v] == v).mean() for v in (1, 2)) < 0.97
+    # a strip of the other lung, too thin to have a core: the column halves as before
+    strip = np.zeros((24, 64, 64), bool)
+    strip[2:22, 12:52, 10:40] = True
+    strip[2:22, 12:52, 40:43] = True
+    np.testing.assert_array_equal(_split_single(strip), _column_halves(strip))
+
+
 def test_side_boundary_never_cuts_the_one_lung_of_a_slice() -> None:
     """A view over the right lung with a small piece of the left one at its edge in two slices:
     the other slices' boundary lies beyond the right lung (it used to be the two slices'

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import ndimage
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import dijkstra
 
 from segpipe.refine._util import component_sizes, label, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
@@ -34,7 +36,7 @@ class SidesParams:
     scanner_centre: bool = True
 
 
-def _split_single(mask: np.ndarray) -> np.ndarray:
+def _column_halves(mask: np.ndarray) -> np.ndarray:
     """Split one lung component into right (1, low x) and left (2) per axial slice at the
     thinnest column near the middle of the mask's x extent."""
     out = np.zeros(mask.shape, np.uint8)
@@ -52,6 +54,83 @@ def _split_single(mask: np.ndarray) -> np.ndarray:
         out[z, :, :cut][s[:, :cut]] = 1
         out[z, :, cut:][s[:, cut:]] = 2
     return out
+
+
+CORE_DEPTH = 4  # coarse voxels (16 mm): how far inside a find its two lungs' cores are looked for
+CORE_SHARE = 0.25  # each lung's core holds at least this share of what lies that deep
+CORE_AGREE = 0.9  # each core lies this much inside one column half, the two in different halves
+
+
+def _two_cores(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The two largest pieces into which ``mask`` falls when peeled by 1, 2, ...
+    :data:`CORE_DEPTH` voxels (face steps), the first depth at which the smaller holds
+    :data:`CORE_SHARE` of what is left: two lungs touching at a thin junction part there.
+    None where no depth parts it so (one lung, or a strip of the other too thin to have a core)."""
+    depth = ndimage.distance_transform_cdt(mask, metric="taxicab")
+    for d in range(1, CORE_DEPTH + 1):
+        core = depth > d
+        if not core.any():
+            return None
+        labels, n = label(core)
+        if n < 2:
+            continue
+        sizes = component_sizes(labels, n)
+        sizes[0] = 0
+        first, second = np.argsort(sizes)[::-1][:2]
+        if sizes[second] >= CORE_SHARE * sizes.sum():
+            return labels == first, labels == second
+    return None
+
+
+def _nearest_seed(mask: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    """Each voxel of ``mask`` labelled as the seed (``seeds``: labels > 0 inside ``mask``) it
+    reaches in the fewest face steps inside ``mask`` (geodesic; ties to either); 0 where no
+    seed reaches it."""
+    index = np.full(mask.shape, -1, np.int64)
+    voxels = np.flatnonzero(mask)
+    index.flat[voxels] = np.arange(voxels.size)
+    rows, cols = [], []
+    for axis in range(3):
+        a = index[(slice(None),) * axis + (slice(None, -1),)]
+        b = index[(slice(None),) * axis + (slice(1, None),)]
+        both = (a >= 0) & (b >= 0)
+        rows.append(a[both])
+        cols.append(b[both])
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    graph = coo_matrix((np.ones(r.size, np.float32), (r, c)), shape=(voxels.size, voxels.size)).tocsr()
+    sources = index[seeds > 0]
+    _, _, nearest = dijkstra(graph, directed=False, indices=sources, min_only=True, return_predecessors=True)
+    out = np.zeros(mask.shape, np.uint8)
+    reached = nearest >= 0
+    out.flat[voxels[reached]] = seeds.flat[voxels[nearest[reached]]]
+    return out
+
+
+def _split_single(mask: np.ndarray) -> np.ndarray:
+    """Split one lung component into right (1) and left (2) lungs that touch (in front, or
+    behind, on the 4 mm grid). Where peeling the component parts it into two cores
+    (:func:`_two_cores`) that lie in different halves of :func:`_column_halves`, each voxel
+    goes to the core it reaches first inside the component, so the cut follows the junction
+    between the lungs however the patient lies (a patient turned in the scanner puts the
+    front junction at a slant, which a per-slice column cuts across). Otherwise, or for a
+    voxel no core reaches, the column halves."""
+    halves = _column_halves(mask)
+    cores = _two_cores(mask)
+    if cores is None:
+        return halves
+    sides = []
+    for core in cores:
+        votes = np.bincount(halves[core], minlength=3)
+        side = int(np.argmax(votes))
+        if votes[side] < CORE_AGREE * np.count_nonzero(core):
+            return halves
+        sides.append(side)
+    if sides[0] == sides[1]:
+        return halves
+    seeds = np.zeros(mask.shape, np.uint8)
+    seeds[cores[0]], seeds[cores[1]] = sides
+    grown = _nearest_seed(mask, seeds)
+    return np.where(grown > 0, grown, halves)
 
 
 CLEAR_VOTE = 0.75  # a find is one side by the network's vote where this share of it votes that side
@@ -178,7 +257,7 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
     patient's left). The two largest components (each at least ``min_fraction`` of the
     largest) are sided by their mean x; a single component (lungs touching in front) is split
-    per slice at its thinnest point near the middle. Smaller pieces are dropped.
+    between its two lungs (:func:`_split_single`). Smaller pieces are dropped.
 
     With ``midline_x`` (the body's middle, in x index units), a single component that lies
     almost entirely on one side of it (less than 10% of its voxels across) is one lung, sided
@@ -219,7 +298,7 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     sizes[0] = 0
     order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
     big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
-    halves = _split_single(labels == order[0]) if len(big) < 2 else None  # a single find, split at its thinnest column
+    halves = _split_single(labels == order[0]) if len(big) < 2 else None  # a single find, as two touching lungs
     beside = halves is not None and len(order) >= 2 and _opposite(
         labels == order[0], labels == order[1], midline_x, left_vote, two=left_vote is not None and _halves_agree(halves, left_vote))
     if beside:
