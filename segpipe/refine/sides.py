@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import ndimage
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import dijkstra
 
 from segpipe.refine._util import component_sizes, label, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
@@ -36,29 +34,39 @@ class SidesParams:
     scanner_centre: bool = True
 
 
-def _column_halves(mask: np.ndarray) -> np.ndarray:
+def _column_halves(mask: np.ndarray, turn: float = 0.0) -> np.ndarray:
     """Split one lung component into right (1, low x) and left (2) per axial slice at the
-    thinnest column near the middle of the mask's x extent."""
+    thinnest column near the middle of the mask's x extent. With ``turn`` (radians), the
+    columns are turned by it in the axial plane: the cut runs square to the line at that
+    angle from x (a patient turned in the scanner)."""
     out = np.zeros(mask.shape, np.uint8)
-    xs = np.flatnonzero(mask.any(axis=(0, 1)))
-    mid_default = (xs[0] + xs[-1]) // 2
-    half = 0.15 * (xs[-1] - xs[0])
+    if turn:
+        y, x = np.mgrid[0:mask.shape[1], 0:mask.shape[2]]
+        across = np.rint(x * np.cos(turn) + y * np.sin(turn)).astype(np.int64)
+        across -= across.min()
+    else:
+        across = np.broadcast_to(np.arange(mask.shape[2]), mask.shape[1:])
+    extent = across[mask.any(axis=0)]
+    lo_u, hi_u = int(extent.min()), int(extent.max())
+    mid_default = (lo_u + hi_u) // 2
+    half = 0.15 * (hi_u - lo_u)
+    lo, hi = int(mid_default - half), int(mid_default + half) + 1
     for z in range(mask.shape[0]):
         s = mask[z]
         if not s.any():
             continue
-        profile = s.sum(axis=0).astype(float)
-        lo, hi = int(mid_default - half), int(mid_default + half) + 1
+        profile = np.bincount(across[s], minlength=hi_u + 1).astype(float)
         window = profile[lo:hi]
         cut = lo + int(np.argmin(window)) if window.size else mid_default
-        out[z, :, :cut][s[:, :cut]] = 1
-        out[z, :, cut:][s[:, cut:]] = 2
+        out[z][s & (across < cut)] = 1
+        out[z][s & (across >= cut)] = 2
     return out
 
 
 CORE_DEPTH = 4  # coarse voxels (16 mm): how far inside a find its two lungs' cores are looked for
 CORE_SHARE = 0.25  # each lung's core holds at least this share of what lies that deep
 CORE_AGREE = 0.9  # each core lies this much inside one column half, the two in different halves
+MIN_TURN_DEG = 8.0  # a turn of the line between the cores below this is the lungs' own shape
 
 
 def _two_cores(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -82,55 +90,37 @@ def _two_cores(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return None
 
 
-def _nearest_seed(mask: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-    """Each voxel of ``mask`` labelled as the seed (``seeds``: labels > 0 inside ``mask``) it
-    reaches in the fewest face steps inside ``mask`` (geodesic; ties to either); 0 where no
-    seed reaches it."""
-    index = np.full(mask.shape, -1, np.int64)
-    voxels = np.flatnonzero(mask)
-    index.flat[voxels] = np.arange(voxels.size)
-    rows, cols = [], []
-    for axis in range(3):
-        a = index[(slice(None),) * axis + (slice(None, -1),)]
-        b = index[(slice(None),) * axis + (slice(1, None),)]
-        both = (a >= 0) & (b >= 0)
-        rows.append(a[both])
-        cols.append(b[both])
-    r, c = np.concatenate(rows), np.concatenate(cols)
-    graph = coo_matrix((np.ones(r.size, np.float32), (r, c)), shape=(voxels.size, voxels.size)).tocsr()
-    sources = index[seeds > 0]
-    _, _, nearest = dijkstra(graph, directed=False, indices=sources, min_only=True, return_predecessors=True)
-    out = np.zeros(mask.shape, np.uint8)
-    reached = nearest >= 0
-    out.flat[voxels[reached]] = seeds.flat[voxels[nearest[reached]]]
-    return out
-
-
-def _split_single(mask: np.ndarray) -> np.ndarray:
-    """Split one lung component into right (1) and left (2) lungs that touch (in front, or
-    behind, on the 4 mm grid). Where peeling the component parts it into two cores
-    (:func:`_two_cores`) that lie in different halves of :func:`_column_halves`, each voxel
-    goes to the core it reaches first inside the component, so the cut follows the junction
-    between the lungs however the patient lies (a patient turned in the scanner puts the
-    front junction at a slant, which a per-slice column cuts across). Otherwise, or for a
-    voxel no core reaches, the column halves."""
-    halves = _column_halves(mask)
+def _turn(mask: np.ndarray, halves: np.ndarray) -> float:
+    """The in-plane angle (radians) of the line from the right lung's core to the left one's
+    (:func:`_two_cores`), where the two cores lie in different ``halves`` and the angle is
+    :data:`MIN_TURN_DEG` or more; else 0."""
     cores = _two_cores(mask)
     if cores is None:
-        return halves
-    sides = []
+        return 0.0
+    centres = []
     for core in cores:
         votes = np.bincount(halves[core], minlength=3)
         side = int(np.argmax(votes))
         if votes[side] < CORE_AGREE * np.count_nonzero(core):
-            return halves
-        sides.append(side)
-    if sides[0] == sides[1]:
-        return halves
-    seeds = np.zeros(mask.shape, np.uint8)
-    seeds[cores[0]], seeds[cores[1]] = sides
-    grown = _nearest_seed(mask, seeds)
-    return np.where(grown > 0, grown, halves)
+            return 0.0
+        _, y, x = np.nonzero(core)
+        centres.append((side, float(x.mean()), float(y.mean())))
+    (side_a, xa, ya), (side_b, xb, yb) = sorted(centres)
+    if side_a == side_b:
+        return 0.0
+    turn = float(np.arctan2(yb - ya, xb - xa))
+    return turn if abs(np.degrees(turn)) >= MIN_TURN_DEG else 0.0
+
+
+def _split_single(mask: np.ndarray) -> np.ndarray:
+    """Split one lung component into right (1) and left (2) lungs that touch (in front, or
+    behind, on the 4 mm grid): per axial slice at the thinnest column near the middle, the
+    columns square to the line between the two lungs' cores (:func:`_turn`). A patient turned
+    in the scanner puts the lungs' junction at a slant, which a column along y cuts across;
+    for a patient lying straight the columns run along y."""
+    halves = _column_halves(mask)
+    turn = _turn(mask, halves)
+    return _column_halves(mask, turn) if turn else halves
 
 
 CLEAR_VOTE = 0.75  # a find is one side by the network's vote where this share of it votes that side
