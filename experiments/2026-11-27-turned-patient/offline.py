@@ -1,5 +1,5 @@
-"""Re-run split_sides on dumped coarse inputs (runs/vc/TAG_S.pkl, from dump_turned.py,
-dump_phantoms.py or experiments/2026-11-27-scanner-centre/dump.py) with each split of
+"""Re-run split_sides on dumped coarse inputs (runs/vc/TAG_S.pkl, from dump.py,
+or experiments/2026-11-27-scanner-centre/dump.py) with each split of
 variants.py; per lung of 50 mL or more: the share found on its own side.
 
     python experiments/2026-11-27-turned-patient/offline.py TAG SEED [SEED ...]
