@@ -3,7 +3,9 @@
 Data sets: (a) the real scans in ../shared/data (COPDGene against its reference labels;
 LIDC-IDRI-0001 and the abdomen slab have none: the table gives the mL each rule changes, and
 for the abdomen slab the lung found, which should be none); (b) the field-of-view crops of
-``fov_consistency.py`` (scored against the whole scan's mask); (c) held-out phantoms of
+``fov_consistency.py`` (scored against the whole scan's mask, over the lungs with at least
+``fov_consistency.MIN_REF_ML`` (5 mL) in the crop, as that benchmark does: the tip of a lung that a
+crop's edge cuts to a few voxels is not scored); (c) held-out phantoms of
 ``eval_model.py``; (d) the independent phantom family ``family_b.py`` (test-only anatomy).
 For each data set and rule: mean Dice per lung with the default rules and with that rule
 switched from its default (off where it is on, on where it is off), the largest gain of one
@@ -81,6 +83,8 @@ def _cases(args: argparse.Namespace) -> dict[str, list[tuple[str, sitk.Image, si
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    import fov_consistency
+
     from segpipe import LungSegmenter
 
     load = (lambda **kw: LungSegmenter.from_file(args.model, **kw)) if args.model else LungSegmenter.default
@@ -90,6 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"defaults": {rule: default.enabled(rule) for rule in SWITCHABLE}}
     for set_name, cases in _cases(args).items():
         rows = []
+        min_ml = fov_consistency.MIN_REF_ML if set_name == "fov" else 0.0  # lungs scored (mL in the reference)
         for name, image, ref in cases:
             t = time.perf_counter()
             row: dict[str, Any] = {"case": name}
@@ -103,7 +108,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 entry: dict[str, Any] = {"lung_ml": round(sum(result.report["volumes_ml"].values()), 1),
                                          "rules": {k: (v["added_ml"], v["removed_ml"]) for k, v in result.report["rules"].items()}}
                 if ref_a is not None:
-                    entry["dice"] = [round(_dice(pred == v, ref_a == v), 4) for v in (1, 2) if (ref_a == v).sum() > 0]
+                    entry["dice"] = [round(_dice(pred == v, ref_a == v), 4) for v in (1, 2)
+                                     if (ref_a == v).sum() * voxel_ml >= min_ml and (ref_a == v).any()]
                 row[key] = entry
             if ref_a is not None:  # what each rule itself changed, against the reference
                 for rule in SWITCHABLE:
