@@ -108,8 +108,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 entry: dict[str, Any] = {"lung_ml": round(sum(result.report["volumes_ml"].values()), 1),
                                          "rules": {k: (v["added_ml"], v["removed_ml"]) for k, v in result.report["rules"].items()}}
                 if ref_a is not None:
-                    entry["dice"] = [round(_dice(pred == v, ref_a == v), 4) for v in (1, 2)
-                                     if (ref_a == v).sum() * voxel_ml >= min_ml and (ref_a == v).any()]
+                    refs = [(pred == v, ref_a == v) for v in (1, 2)]
+                    entry["dice"] = [round(_dice(p, r), 4) for p, r in refs if r.any() and r.sum() * voxel_ml >= min_ml]
                 row[key] = entry
             if ref_a is not None:  # what each rule itself changed, against the reference
                 for rule in SWITCHABLE:

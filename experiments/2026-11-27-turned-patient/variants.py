@@ -1,5 +1,6 @@
 """Splits of one coarse find into two touching lungs tried in this experiment (offline, on dumped
-coarse inputs). `segpipe.refine.sides._split_single` is the kept one (`rotated`)."""
+coarse inputs). `segpipe.refine.sides._split_single` is the kept one (`rotated`); `search S` is
+it with a wider search for the thinnest column."""
 
 from __future__ import annotations
 
@@ -72,4 +73,22 @@ def watershed(mask: np.ndarray) -> np.ndarray:
     return np.where(seeds > 0, seeds, halves)
 
 
-VARIANTS = {"column": S._column_halves, "geodesic": geodesic, "watershed": watershed, "rotated": S._split_single}
+KEPT = S._split_single  # offline.py patches S._split_single with each variant
+
+
+def wider(share: float):
+    """The kept split with the thinnest column looked for within ``share`` of the extent each
+    side of the middle (``sides.COLUMN_SEARCH``, 0.15)."""
+
+    def split(mask: np.ndarray) -> np.ndarray:
+        kept, S.COLUMN_SEARCH = S.COLUMN_SEARCH, share
+        try:
+            return KEPT(mask)
+        finally:
+            S.COLUMN_SEARCH = kept
+
+    return split
+
+
+VARIANTS = {"column": S._column_halves, "geodesic": geodesic, "watershed": watershed, "rotated": KEPT,
+            "search 0.25": wider(0.25), "search 0.35": wider(0.35)}

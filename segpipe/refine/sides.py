@@ -34,11 +34,14 @@ class SidesParams:
     scanner_centre: bool = True
 
 
+COLUMN_SEARCH = 0.15  # the thinnest column is looked for within this share of the extent each side of its middle
+
+
 def _column_halves(mask: np.ndarray, turn: float = 0.0) -> np.ndarray:
     """Split one lung component into right (1, low x) and left (2) per axial slice at the
-    thinnest column near the middle of the mask's x extent. With ``turn`` (radians), the
-    columns are turned by it in the axial plane: the cut runs square to the line at that
-    angle from x (a patient turned in the scanner)."""
+    thinnest column near the middle of the mask's x extent (:data:`COLUMN_SEARCH`). With
+    ``turn`` (radians), the columns are turned by it in the axial plane: the cut runs square to
+    the line at that angle from x (a patient turned in the scanner)."""
     out = np.zeros(mask.shape, np.uint8)
     if turn:
         y, x = np.mgrid[0:mask.shape[1], 0:mask.shape[2]]
@@ -49,7 +52,7 @@ def _column_halves(mask: np.ndarray, turn: float = 0.0) -> np.ndarray:
     extent = across[mask.any(axis=0)]
     lo_u, hi_u = int(extent.min()), int(extent.max())
     mid_default = (lo_u + hi_u) // 2
-    half = 0.15 * (hi_u - lo_u)
+    half = COLUMN_SEARCH * (hi_u - lo_u)
     lo, hi = int(mid_default - half), int(mid_default + half) + 1
     for z in range(mask.shape[0]):
         s = mask[z]
