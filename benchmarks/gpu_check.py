@@ -24,7 +24,10 @@ with its one-line reason while the others still run.
 * ``infer``: the bundled model (``LungSegmenter.default(device="cuda")``) on the chest and
   neck-to-pelvis scans of ``benchmarks/infer_bench.py`` (generated once into its cache) and on
   ``../shared/data/lidc-idri-0001/dicom`` when present: wall time from the file (the first run
-  is warm-up when ``--infer-repeats`` > 1) and peak allocated / reserved.
+  is warm-up when ``--infer-repeats`` > 1) and peak allocated / reserved. Then the same scan
+  once on the CPU (``--no-agree`` leaves it out): the voxels whose label differs and each lung's
+  Dice between the two masks (each device in its default precision, the report's ``precision``).
+  ``--real-scan`` takes several scans (file or DICOM folder).
 * ``ddp``: ``segpipe train --nproc 2 --device cuda`` (torchrun, NCCL) for a few steps on a
   tiny ``segpipe synth`` dataset. With one GPU segpipe refuses that in one line (one GPU per
   process); both ranks are then put on ``cuda:0`` under torchrun directly, NCCL first (which
@@ -34,8 +37,8 @@ with its one-line reason while the others still run.
 Targets: per budget, the peak allocated fits the budget and is within 10 % (``--tolerance``) of
 the ``segpipe memory`` estimate for the plan (its total, workspace margin included), and the
 expandable-segments repeat completes; fp16: scale finite, steps taken, weights finite fp32;
-inference: no CUDA out-of-memory fallback and peak allocated within ``--infer-budget`` (8 GiB,
-the design's card); DDP: the two-process training completes. Reserved memory, the
+inference: no CUDA out-of-memory fallback, peak allocated within ``--infer-budget`` (8 GiB,
+the design's card) and the CUDA mask within Dice 0.99 of the CPU mask per lung; DDP: the two-process training completes. Reserved memory, the
 expandable-segments comparison and the planner's CUDA-context allowance are reported, not
 targets.
 
@@ -70,6 +73,7 @@ CHECKS = ("train", "amp", "infer", "ddp")
 EXPANDABLE = "expandable_segments:True"
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 CONTEXT_ALLOWANCE = 512 * 2**20  # what plan_training keeps for the CUDA context (its ``reserved``)
+AGREE_DICE = 0.99  # per lung, the CUDA run's mask against the same scan's mask on the CPU
 
 
 def _load_report() -> Any:
@@ -205,6 +209,12 @@ def infer_check(name: str, out: dict[str, Any], budget_bytes: int, budget_label_
         _target(f"infer {name}: peak allocated within {budget_label_text}", out["max_allocated"] <= budget_bytes,
                 f"{_size(out['max_allocated'])}"),
     ]
+    agree = out.get("agreement")
+    if agree:
+        worst = min(v["dice"] for v in agree["lungs"].values())
+        check["targets"].append(_target(
+            f"infer {name}: CUDA mask within Dice {AGREE_DICE} of the CPU mask per lung", worst >= AGREE_DICE,
+            f"{agreement_text(agree)} of {agree['voxels']} differ ({out['precision']} / {agree['cpu_precision']})"))
     return check
 
 
@@ -291,11 +301,13 @@ def format_report(result: dict[str, Any]) -> str:
         lines += ["", "expandable = max reserved with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", ""]
     infers = [c for c in checks if c["kind"] == "infer" and not c.get("skipped") and not c.get("error")]
     if infers:
-        lines.append(f"{'scan':<14} {'size (x y z)':<16} {'wall s':>8} {'first s':>8} {'allocated':>10} {'reserved':>10}")
+        lines.append(f"{'scan':<18} {'size (x y z)':<16} {'wall s':>8} {'first s':>8} {'allocated':>10} {'reserved':>10}  "
+                     "CPU agreement (Dice per lung, voxels differing)")
         for c in infers:
             d = c["data"]
-            lines.append(f"{c['scan']:<14} {'x'.join(map(str, d['size_xyz'])):<16} {d['wall_s']:>8.2f} "
-                         f"{d['runs'][0]['wall_s']:>8.2f} {_size(d['max_allocated']):>10} {_size(d['max_reserved']):>10}")
+            lines.append(f"{c['scan']:<18} {'x'.join(map(str, d['size_xyz'])):<16} {d['wall_s']:>8.2f} "
+                         f"{d['runs'][0]['wall_s']:>8.2f} {_size(d['max_allocated']):>10} {_size(d['max_reserved']):>10}  "
+                         f"{agreement_text(d.get('agreement'))}")
         lines.append("")
     for c in checks:
         if c["kind"] == "ddp":
@@ -363,16 +375,19 @@ def markdown_section(result: dict[str, Any]) -> str:
     infers = [c for c in checks if c["kind"] == "infer"]
     if infers:
         lines += ["### Inference with the bundled model", "",
-                  "Wall time from the file (median after a warm-up run), peak CUDA memory of `predict_with_report`.", ""]
+                  "Wall time from the file (median after a warm-up run), peak CUDA memory of `predict_with_report`;",
+                  "*CPU agreement*: the same scan segmented on the CPU (its default precision), each lung's Dice between the two masks",
+                  "and the voxels whose label differs.", ""]
         rows = []
         for c in infers:
             d = c.get("data") or {}
             ok = check_status(c) != "skipped" and not c.get("error")
             rows.append([c["scan"], "x".join(map(str, d["size_xyz"])) if ok else "-",
                          report._num(d.get("wall_s") if ok else None, ".2f"), _size(d.get("max_allocated") if ok else None),
-                         _size(d.get("max_reserved") if ok else None), f"**{check_status(c).upper()}**"])
-        lines += _md_table(["scan", "size (x y z)", "wall time s", "peak allocated", "peak reserved", "status"],
-                               rows, "llrrrl")
+                         _size(d.get("max_reserved") if ok else None), agreement_text(d.get("agreement") if ok else None),
+                         f"**{check_status(c).upper()}**"])
+        lines += _md_table(["scan", "size (x y z)", "wall time s", "peak allocated", "peak reserved", "CPU agreement",
+                            "status"], rows, "llrrrll")
         lines.append("")
     for c in checks:
         if c["kind"] == "ddp":
@@ -532,7 +547,10 @@ def _amp_worker(p: dict[str, Any], out: dict[str, Any]) -> None:
 
 
 def _infer_worker(p: dict[str, Any], out: dict[str, Any]) -> None:
-    """The bundled model on ``p["scan"]``, ``p["repeats"]`` times: wall time and CUDA peaks."""
+    """The bundled model on ``p["scan"]``, ``p["repeats"]`` times: wall time and CUDA peaks;
+    with ``p["agree"]`` the same scan once on the CPU, compared voxel for voxel."""
+    import numpy as np
+    import SimpleITK as sitk
     import torch
 
     from segpipe import LungSegmenter
@@ -558,6 +576,31 @@ def _infer_worker(p: dict[str, Any], out: dict[str, Any]) -> None:
         runs=runs, wall_s=statistics.median(r["wall_s"] for r in timed),
         max_allocated=max(r["max_allocated"] for r in runs), max_reserved=max(r["max_reserved"] for r in runs),
     )
+    if p.get("agree"):
+        cuda_label = sitk.GetArrayFromImage(result.label)
+        del seg, result
+        start = time.perf_counter()
+        cpu = LungSegmenter.default(device="cpu").predict_with_report(p["scan"])
+        out["agreement"] = agreement(cuda_label, sitk.GetArrayFromImage(cpu.label), np.prod(cpu.label.GetSpacing()) / 1000.0)
+        out["agreement"].update(cpu_precision=cpu.report["precision"], cpu_wall_s=time.perf_counter() - start)
+
+
+def agreement(cuda: Any, cpu: Any, voxel_ml: float) -> dict[str, Any]:
+    """Two label arrays of one scan compared: voxels whose label differs, and per lung the Dice
+    and both volumes (mL)."""
+    from segpipe.metrics import LUNG_LABELS, dice
+
+    lungs = {name: {"dice": dice(cuda == k, cpu == k), "cuda_ml": float((cuda == k).sum() * voxel_ml),
+                    "cpu_ml": float((cpu == k).sum() * voxel_ml)} for name, k in LUNG_LABELS.items()}
+    return {"voxels_differ": int((cuda != cpu).sum()), "voxels": int(cuda.size), "lungs": lungs}
+
+
+def agreement_text(agree: dict[str, Any] | None) -> str:
+    """``R 0.9999 / L 0.9998, 120 voxels`` or ``-``."""
+    if not agree:
+        return "-"
+    return (f"R {agree['lungs']['right']['dice']:.4f} / L {agree['lungs']['left']['dice']:.4f}, "
+            f"{agree['voxels_differ']} voxels")
 
 
 def _info_worker(p: dict[str, Any], out: dict[str, Any]) -> None:
@@ -707,9 +750,8 @@ def _scans(args: argparse.Namespace, workdir: Path) -> list[tuple[str, Path | No
             out.append((name, ib.ensure_scan(ib.SCANS[name], cache, workdir)[0], {}))
         except Exception as err:  # generation failed: that scan's check fails, the rest run
             out.append((name, None, {"error": f"could not generate the scan: {reason_from_log(str(err))}"}))
-    if not args.no_real:
-        real = args.real_scan
-        name = "lidc-idri-0001" if real == REAL_SCAN else real.name
+    for real in [] if args.no_real else args.real_scan:
+        name = real.parent.name if real.name in ("dicom", "ct.nii.gz") else real.name.split(".")[0]
         out.append((name, real, {}) if real.exists() else (name, None, {"skipped": f"not present ({real})"}))
     return out
 
@@ -735,7 +777,8 @@ def run_checks(args: argparse.Namespace, workdir: Path, gpu: dict[str, Any]) -> 
         for name, path, out in _scans(args, workdir):
             print(f"infer {name} ...", flush=True)
             if path is not None:
-                out = run_worker("infer", {"scan": str(path), "repeats": args.infer_repeats}, workdir, f"infer_{name}", t)
+                out = run_worker("infer", {"scan": str(path), "repeats": args.infer_repeats, "agree": args.agree},
+                                 workdir, f"infer_{name}", t)
             checks.append(infer_check(name, out, parse_size(args.infer_budget), args.infer_budget))
     if "ddp" in args.checks:
         print("ddp: 2-process training ...", flush=True)
@@ -759,9 +802,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--amp-steps", type=int, default=5, help="fp16 steps in the AMP check (default 5)")
     p.add_argument("--scans", nargs="+", choices=list(ib.SCANS), default=["chest", "neck_pelvis"],
                    help="generated inference scans (default chest neck_pelvis)")
-    p.add_argument("--real-scan", type=Path, default=REAL_SCAN, help="a real scan (file or DICOM folder) to segment "
+    p.add_argument("--real-scan", type=Path, nargs="+", default=[REAL_SCAN], help="real scans (file or DICOM folder) to segment "
                    "too, skipped when missing (default ../shared/data/lidc-idri-0001/dicom)")
-    p.add_argument("--no-real", action="store_true", help="leave the real scan out")
+    p.add_argument("--no-real", action="store_true", help="leave the real scans out")
+    p.add_argument("--no-agree", dest="agree", action="store_false",
+                   help="skip the CPU run of each inference scan (the CUDA mask compared with the CPU mask)")
     p.add_argument("--infer-repeats", type=int, default=2, help="runs per scan; the first is warm-up when > 1 (default 2)")
     p.add_argument("--infer-budget", default="8GiB", help="most CUDA memory inference may allocate (default 8GiB)")
     p.add_argument("--ddp-steps", type=int, default=5, help="fine-stage steps per epoch in the DDP run (default 5)")

@@ -98,6 +98,34 @@ def test_infer_check_budget_and_fallbacks() -> None:
     assert gc.check_status(gc.infer_check("lidc", {"skipped": "not present"}, 8 * GiB, "8GiB")) == "skipped"
 
 
+def test_cuda_mask_agreement_with_the_cpu_mask() -> None:
+    """Each lung's Dice between the CUDA and CPU masks, and the voxels that differ; below
+    AGREE_DICE for either lung the inference check fails."""
+    import numpy as np
+
+    cpu = np.zeros((4, 10, 10), np.uint8)
+    cpu[:, :, :5], cpu[:, :, 5:] = 1, 2
+    cuda = cpu.copy()
+    cuda[0, 0, 4] = 2  # one right-lung voxel went left
+    agree = gc.agreement(cuda, cpu, voxel_ml=0.5)
+    assert agree["voxels_differ"] == 1 and agree["voxels"] == 400
+    assert agree["lungs"]["right"] == {"dice": 2 * 199 / 399, "cuda_ml": 99.5, "cpu_ml": 100.0}
+    assert agree["lungs"]["left"]["cuda_ml"] == 100.5
+    assert gc.agreement_text(agree) == "R 0.9975 / L 0.9975, 1 voxels" and gc.agreement_text(None) == "-"
+    run = {"wall_s": 3.0, "fallbacks": []}
+    out = {"device": "cuda:0", "precision": "fp16", "runs": [run], "max_allocated": GiB, "max_reserved": GiB,
+           "size_xyz": [10, 10, 4], "wall_s": 3.0, "agreement": {**agree, "cpu_precision": "fp32"}}
+    check = gc.infer_check("chest", out, 8 * GiB, "8GiB")
+    assert gc.check_status(check) == "pass"
+    assert check["targets"][-1]["measured"] == "R 0.9975 / L 0.9975, 1 voxels of 400 differ (fp16 / fp32)"
+    cuda[:, :, 4] = 2  # a whole column moved: right lung Dice 0.889
+    out["agreement"] = {**gc.agreement(cuda, cpu, 0.5), "cpu_precision": "fp32"}
+    assert gc.check_status(gc.infer_check("chest", out, 8 * GiB, "8GiB")) == "fail"
+    row = next(s for s in gc.markdown_section({"meta": {}, "checks": [gc.infer_check("chest", out, 8 * GiB, "8GiB")]})
+               .splitlines() if s.startswith("| chest |"))
+    assert "| R 0.8889 / L 0.9091, 40 voxels | **FAIL** |" in row
+
+
 NCCL_LOG = """\
 generating cache ...
 [rank1]: Traceback (most recent call last):
