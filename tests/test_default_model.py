@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import SimpleITK as sitk
+from scipy import ndimage
 
 from segpipe import io, metrics, spatial
 from segpipe.infer import LungSegmenter
@@ -198,7 +199,9 @@ def test_a_reconstruction_circle_through_the_lungs_keeps_them(segmenter: LungSeg
     scanner's padding, also -1024 (the value of air, which once took the lungs out of the body).
     The padding's value does not change the mask: -3024 interpolated into the lung along the
     circle once made it darker than air there (the coarse body, the fine stage's input and the
-    edge rules lost a rim of lung)."""
+    edge rules lost a rim of lung). The lung reaches the circle: the coarse body, 4 mm voxels
+    whose centres fall on the padding, once left out the scan's voxels inside the circle there
+    (0.69 of the lung within 2 mm of the circle found, now 0.97)."""
     image, label = chest
     lab = sitk.GetArrayViewFromImage(label)
     xs = np.flatnonzero((lab > 0).any(axis=(0, 1)))
@@ -211,6 +214,7 @@ def test_a_reconstruction_circle_through_the_lungs_keeps_them(segmenter: LungSeg
     sx, sy = crop.GetSpacing()[:2]
     outside = ((xx - (nx - 1) / 2) * sx) ** 2 + ((yy - (ny - 1) / 2) * sy) ** 2 > (min(nx * sx, ny * sy) / 2) ** 2
     ref[:, outside] = 0
+    rim = (ref > 0) & (ndimage.distance_transform_edt(~outside, sampling=(sy, sx)) < 2.0)[None]
     masks = []
     for padding in (-1024.0, -3024.0):
         a = sitk.GetArrayFromImage(crop).astype(np.float32)
@@ -220,5 +224,6 @@ def test_a_reconstruction_circle_through_the_lungs_keeps_them(segmenter: LungSeg
         pred = segmenter.predict(scan)
         scores = metrics.lung_metrics(pred, spatial.copy_geometry(ref, crop))
         assert scores["right"]["dice"] > 0.9 and scores["left"]["dice"] > 0.9, (padding, scores)
+        assert (sitk.GetArrayViewFromImage(pred)[rim] == ref[rim]).mean() > 0.9, padding
         masks.append(sitk.GetArrayFromImage(pred))
     assert np.array_equal(masks[0], masks[1])

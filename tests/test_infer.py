@@ -1287,6 +1287,25 @@ def test_coarse_padding_lies_where_coarse_voxel_centres_fall_on_it() -> None:
     assert ((mixed < BodyParams().padding_hu) & ~masks[0]).any()  # what the raw values would have made padding
 
 
+def test_view_rim_is_the_padding_beside_the_body_in_plane() -> None:
+    """The coarse voxels of the scanner's padding that touch the body in-plane (face
+    neighbours): where the view cuts the body, the scan's voxels there that are not padding
+    are inside it. None where the body stays clear of the padding or there is none."""
+    body = np.zeros((3, 10, 10), bool)
+    body[:, 2:8, 0:6] = True  # the body reaches the padding at x = 6
+    padding = np.zeros((10, 10), bool)
+    padding[:, 6:] = True  # a (y, x) footprint, the same in every slice
+    rim = coarse._view_rim(body, padding)
+    assert rim is not None and rim.shape == body.shape
+    assert np.array_equal(np.argwhere(rim[0]), [[y, 6] for y in range(2, 8)]) and (rim == rim[:1]).all()
+    three = np.broadcast_to(padding, body.shape).copy()
+    three[1] = False  # no padding in the middle slice
+    rim = coarse._view_rim(body, three)
+    assert rim is not None and not rim[1].any() and rim[0].sum() == 6
+    assert coarse._view_rim(body, None) is None
+    assert coarse._view_rim(body & (np.arange(10) < 4), padding) is None  # two voxels clear of the padding
+
+
 def test_scanned_slices_leave_out_blank_slices_at_the_scans_ends() -> None:
     """The coarse slices whose centres lie on the scan's blank end slices (nothing above the
     body's threshold, or one value throughout) are beyond the scanned range; blank slices

@@ -9,6 +9,8 @@ end the canvas becomes the full-size mask in the input's orientation and geometr
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import SimpleITK as sitk
 
@@ -99,6 +101,21 @@ class Canvas:
         return scan.geometry.apply(label_c)
 
 
+def _body_lookup(coarse: CoarseResult, kc: np.ndarray, jc: np.ndarray, ic: np.ndarray,
+                 canvas: Canvas) -> Callable[[int], np.ndarray]:
+    """Slice ``z`` of ``canvas`` -> ``(y, x)`` inside the body: the nearest coarse voxel's body,
+    and where the field of view cuts the body (:attr:`CoarseResult.view_rim`), the scan's own
+    voxels up to the scanner's padding (its footprint on the scan's voxels)."""
+    rows = np.ix_(jc, ic)
+    footprint = coarse.padding[0] if coarse.padding is not None else None
+    if coarse.view_rim is None or footprint is None:
+        return lambda z: coarse.body[kc[z]][rows]
+    ox, oy, _ = canvas.offset
+    ny, nx = canvas.array.shape[1:]
+    in_view = sitk.GetArrayViewFromImage(footprint)[oy:oy + ny, ox:ox + nx] < 0.5
+    return lambda z: coarse.body[kc[z]][rows] | (coarse.view_rim[kc[z]][rows] & in_view)
+
+
 def scan_context(canvas: Canvas, source: ScanSource, coarse: CoarseResult, *, keep_scan: bool = False) -> ScanContext:
     """What the scan-grid rules read for ``canvas``: the scan's voxels over it (released when
     no later rule reads them, unless ``keep_scan``: the density measures read them after the
@@ -109,6 +126,7 @@ def scan_context(canvas: Canvas, source: ScanSource, coarse: CoarseResult, *, ke
     boundary = coarse.side_boundary_on(spacing)
     support = coarse.support
     held = [source]
+    body = _body_lookup(coarse, kc, jc, ic, canvas)
 
     def scan_hu() -> np.ndarray:
         return held[0].hu_over(canvas.offset, canvas.array.shape)
@@ -121,7 +139,7 @@ def scan_context(canvas: Canvas, source: ScanSource, coarse: CoarseResult, *, ke
 
     return ScanContext(
         scan_hu=scan_hu, release_scan=release, spacing_xyz=spacing,  # type: ignore[arg-type]
-        body=lambda z: coarse.body[kc[z]][np.ix_(jc, ic)],
+        body=body,
         airways=lambda z: coarse.airways[kc[z]][np.ix_(jc, ic)],
         side_boundary=lambda z: boundary[kc[z], jc],
         geometry=canvas.geometry, offset_xyz=canvas.offset,

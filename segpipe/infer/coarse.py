@@ -179,6 +179,18 @@ def scanned_slices(canonical: sitk.Image, coarse_img: sitk.Image, threshold_hu: 
     return slice(int(on[0]), int(on[-1]) + 1), slice(int(min(k[0], on[0])), int(max(k[1], on[-1])) + 1)
 
 
+def _view_rim(body: np.ndarray, padding: np.ndarray | None) -> np.ndarray | None:
+    """The coarse voxels of the scanner's ``padding`` (``(z, y, x)`` or a ``(y, x)``
+    footprint) that touch ``body`` in-plane (face neighbours); ``None`` where there are none.
+    A coarse voxel whose centre falls on the padding is not body, though the scan's voxels
+    inside the field of view around that centre are: the lung the view cuts reaches them."""
+    if padding is None or not body.any():
+        return None
+    grown = ndimage.binary_dilation(body, structure=np.array([[[0, 1, 0], [1, 1, 1], [0, 1, 0]]], bool))
+    rim = grown & ~body & (padding if padding.ndim == 3 else padding[None])
+    return rim if rim.any() else None
+
+
 def _on_grid(part: np.ndarray, zs: slice, shape: tuple[int, ...], repeat_to: slice | None = None) -> np.ndarray:
     """``part`` (the slices ``zs`` of a ``(z, y, x)`` grid of ``shape``) on the whole grid:
     zero beyond, except that its end slices are repeated out to ``repeat_to`` (a slice range
@@ -212,6 +224,10 @@ class CoarseResult:
             stage did; ``None`` where there is none.
         zooms: the in-plane zooms over which the coarse network's side vote was averaged
             (:meth:`segpipe.infer.settings.Settings.coarse_zooms`).
+        view_rim: ``(z, y, x)``, the coarse voxels of the scanner's padding beside the body
+            (in-plane): where the field of view cuts the body, the scan's own voxels there
+            that are not padding are inside it (:func:`segpipe.infer.assemble.scan_context`);
+            ``None`` where the body meets no padding.
     """
 
     geometry: spatial.Geometry
@@ -223,6 +239,7 @@ class CoarseResult:
     boxes: dict[str, spatial.Box]
     padding: tuple[sitk.Image | None, float] | None = None
     zooms: tuple[float, ...] = (1.0,)
+    view_rim: np.ndarray | None = None
 
     def inside_on(self, grid: spatial.Geometry) -> np.ndarray:
         """The body less the airways, looked up (nearest voxel) on ``grid`` (canonical
@@ -342,6 +359,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     # thicker than a coarse voxel), the coarse lungs within one voxel of it (partial volume)
     body = body_in_view(hu, coarse_img.GetSpacing(), s.rules.body, padding=padding, lung=lung_z & confident)
     edge = view_edge(hu, padding, s.rules.body)
+    view_rim = _view_rim(body, padding)
     # a lung needs enough confident lung: smaller or unsure finds are gas in the bowel or
     # stomach. A lung the scan's edge cuts (the bases at the top of an abdominal scan, a slab)
     # shows only part of itself, a few mL at the tip of a recess: a twentieth is enough, counted
@@ -371,6 +389,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
             sides[side] = 0
     # the scan's last slice can look its body up in a coarse slice beyond the range (the network's lung likewise)
     sides, body = _on_grid(sides, zs, full_hu.shape), _on_grid(body, zs, full_hu.shape, repeat_to=near)
+    view_rim = None if view_rim is None else _on_grid(view_rim, zs, full_hu.shape, repeat_to=near)
     boxes = {}
     extra = max(coarse_img.GetSpacing())
     for side, value in SIDES:
@@ -381,7 +400,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     result = CoarseResult(
         spatial.Geometry.of(coarse_img), tuple(coarse_img.GetSpacing()),  # type: ignore[arg-type]
         spatial.copy_geometry(np.asarray(_on_grid(lung[near], near, lung.shape), np.float32), coarse_img), sides, body, airways,
-        boxes, padding_in_plane, zooms,
+        boxes, padding_in_plane, zooms, view_rim,
     )
     warnings = [] if boxes else ["no lung found: the scan may not include the chest; the mask is empty"]
     if len(boxes) == 1 and cues and cues[0] in WEAK_CUES:
