@@ -1306,6 +1306,33 @@ def test_view_rim_is_the_padding_beside_the_body_in_plane() -> None:
     assert coarse._view_rim(body & (np.arange(10) < 4), padding) is None  # two voxels clear of the padding
 
 
+def test_scan_grid_body_reaches_the_padding_beside_the_view_rim() -> None:
+    """On the scan's grid a voxel is inside the body where its nearest coarse voxel is, and,
+    where that coarse voxel is the view's rim (padding beside the body), where the scan's own
+    voxel is not padding: the lung the circle cuts reaches the circle, never the padding."""
+    from types import SimpleNamespace
+
+    from segpipe.infer.assemble import _body_lookup
+
+    body = np.zeros((1, 4, 4), bool)
+    body[0, :, :2] = True  # coarse columns 0-1 inside, 2-3 padding
+    rim = np.zeros_like(body)
+    rim[0, :, 2] = True
+    footprint = np.zeros((16, 16), np.float32)
+    footprint[:, 11:] = 1.0  # on the scan's 1 mm voxels the padding starts at x = 11, inside coarse column 2
+    kc, jc, ic = np.zeros(2, int), np.arange(16) // 4, np.arange(16) // 4
+    canvas = SimpleNamespace(offset=(0, 0, 0), array=np.zeros((2, 16, 16), np.uint8))
+    plain = SimpleNamespace(body=body, view_rim=None, padding=(sitk.GetImageFromArray(footprint), -2048.0))
+    assert np.array_equal(np.flatnonzero(_body_lookup(plain, kc, jc, ic, canvas)(0)[0]), np.arange(8))
+    cut = SimpleNamespace(body=body, view_rim=rim, padding=plain.padding)
+    assert np.array_equal(np.flatnonzero(_body_lookup(cut, kc, jc, ic, canvas)(1)[5]), np.arange(11))
+    oblique = SimpleNamespace(body=body, view_rim=rim, padding=(None, -2048.0))  # no footprint: the coarse body alone
+    assert _body_lookup(oblique, kc, jc, ic, canvas)(0).sum() == 16 * 8
+    shifted = SimpleNamespace(offset=(4, 0, 0), array=np.zeros((2, 16, 8), np.uint8))  # a canvas from x = 4
+    got = _body_lookup(cut, kc, jc, ic[4:12], shifted)(0)
+    assert np.array_equal(np.flatnonzero(got[0]), np.arange(7))  # scan x 4..10
+
+
 def test_scanned_slices_leave_out_blank_slices_at_the_scans_ends() -> None:
     """The coarse slices whose centres lie on the scan's blank end slices (nothing above the
     body's threshold, or one value throughout) are beyond the scanned range; blank slices
