@@ -4,6 +4,8 @@ runner run_rules and describe."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import SimpleITK as sitk
@@ -1425,6 +1427,25 @@ def test_run_rule_seton_the_fine_grid() -> None:
     net = int(np.count_nonzero(out)) - int(np.count_nonzero(lung))
     assert sum(r.added_ml - r.removed_ml for r in reports) == pytest.approx(net * ctx.voxel_ml)
     assert ctx.voxel_ml == pytest.approx(1.5**3 / 1000)
+
+
+def test_fine_rule_reports_count_only_what_lies_inside_the_scan() -> None:
+    """A region's lattice reaches past the scan's faces, where it holds made-up air that is
+    never pasted: a rule's change there (the network's lung in that air taken out as pleural
+    air, say) is no change to the mask, and its report leaves it out (a cardiac crop once
+    warned of 113 mL of pneumothorax, all of it beyond the scan)."""
+    lung, ctx, c = _fine_case()
+    whole, whole_reports = run_rules("fine", lung, ctx, ALL_ON)
+    beyond = np.zeros(lung.shape, bool)
+    beyond[:, :, : lung.shape[2] // 2] = True  # the pocket's side of the lattice lies past the scan
+    assert (c["pocket"] & beyond).sum() == c["pocket"].sum()
+    cut = dataclasses.replace(ctx, in_scan=~beyond)
+    out, reports = run_rules("fine", lung, cut, ALL_ON)
+    assert np.array_equal(out, whole)  # the same mask: only the counts differ
+    for report, before in zip(reports, whole_reports):
+        assert report.removed_ml <= before.removed_ml and report.added_ml <= before.added_ml
+    assert reports[2].removed_ml == pytest.approx(np.count_nonzero(lung & ~whole & ~beyond) * ctx.voxel_ml)
+    assert reports[2].removed_ml < whole_reports[2].removed_ml  # the pocket beyond the scan is not counted
 
 
 @pytest.mark.parametrize("off", ["dense_lung", "dense_to_wall", "pleural_air"])

@@ -30,7 +30,8 @@ class FineContext:
         inside: inside the body and outside the trachea and main bronchi (the coarse stage's
             masks, nearest voxel); a lung lies nowhere else.
         in_scan: voxels of the lattice inside the scan (a lattice that reaches past the scan's
-            end holds made-up air there).
+            end holds made-up air there; the rules' reports count only what they change here:
+            nothing beyond it reaches the mask).
         network_lung: the fine network's own lung (before any rule).
         coarse_prior: the coarse stage's lung probability on the lattice (computed on demand).
         body_centre_yx: per slice, the body's centre as a ``(y, x)`` index of the lattice,

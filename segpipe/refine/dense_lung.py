@@ -83,4 +83,4 @@ def dense_lung(lung: np.ndarray, prior: np.ndarray, hu: np.ndarray, spacing_xyz:
 def rule(mask: np.ndarray, ctx: FineContext, p: DenseLungParams) -> tuple[np.ndarray, RuleReport]:
     """Add the dense lung the coarse stage is sure of to ``mask`` (a fine region's lattice)."""
     added = dense_lung(mask, ctx.coarse_prior(), ctx.hu, ctx.spacing_xyz, allowed=ctx.inside, p=p)
-    return mask | added, RuleReport.of("dense_lung", ctx, added=int(np.count_nonzero(added)))
+    return mask | added, RuleReport.of("dense_lung", ctx, added=int(np.count_nonzero(added & ctx.in_scan)))

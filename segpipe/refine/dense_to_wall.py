@@ -141,4 +141,4 @@ def rule(mask: np.ndarray, ctx: FineContext, p: DenseToWallParams) -> tuple[np.n
         return mask, RuleReport.of("dense_to_wall", ctx)
     added = dense_to_wall(seed, ctx.network_lung, ctx.hu, ctx.spacing_xyz, ctx.body_centre_yx(), allowed=ctx.inside, p=p)
     added &= ~mask
-    return mask | added, RuleReport.of("dense_to_wall", ctx, added=int(np.count_nonzero(added)))
+    return mask | added, RuleReport.of("dense_to_wall", ctx, added=int(np.count_nonzero(added & ctx.in_scan)))

@@ -216,6 +216,7 @@ def _air_side_of_edge(rest: np.ndarray, found: np.ndarray, hu: np.ndarray, sp_zy
 
 def rule(mask: np.ndarray, ctx: FineContext, p: PleuralAirParams) -> tuple[np.ndarray, RuleReport]:
     """Take the pneumothorax out of ``mask`` (a fine region's lattice). Only the lung inside the
-    body counts (air around the patient is cleared later anyway)."""
+    body counts (air around the patient is cleared later anyway); the report counts only what
+    lies inside the scan (beyond its faces the lattice holds made-up air, never pasted)."""
     pleural = pleural_air(mask & ctx.inside, ctx.hu, ctx.spacing_xyz, valid=ctx.inside & ctx.in_scan, p=p)
-    return mask & ~pleural, RuleReport.of("pleural_air", ctx, removed=int(np.count_nonzero(pleural)))
+    return mask & ~pleural, RuleReport.of("pleural_air", ctx, removed=int(np.count_nonzero(pleural & ctx.in_scan)))
