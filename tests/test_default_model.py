@@ -97,11 +97,16 @@ def test_a_consolidated_lobe_is_added_back_from_the_coarse_stage(segmenter: Lung
     rules = {"dense_lung": True, "dense_to_wall": True}
     on = LungSegmenter(segmenter.header, segmenter.weights, device="cpu", rules=rules).predict_with_report(phantom.image)
     off = segmenter.predict_with_report(phantom.image)
-    assert off.report["rules"]["dense_lung"] == {"enabled": False, "grid": "fine", "added_ml": 0.0, "removed_ml": 0.0}
+    looked = off.report["rules"]["dense_lung"]  # off, it still looks: what it would add, and a warning
+    assert {k: v for k, v in looked.items() if k != "would_add_ml"} == {"enabled": False, "grid": "fine", "added_ml": 0.0,
+                                                                         "removed_ml": 0.0}
     only = LungSegmenter(segmenter.header, segmenter.weights, device="cpu", rules={"dense_to_wall": True})
     assert only.predict_with_report(phantom.image).report["rules"]["dense_to_wall"]["added_ml"] == 0.0  # nothing to follow
     dense = on.report["rules"]["dense_lung"]
     assert dense["enabled"] and dense["added_ml"] + on.report["rules"]["dense_to_wall"]["added_ml"] >= 100.0, on.report["rules"]
+    assert looked["would_add_ml"] == pytest.approx(dense["added_ml"], rel=0.2), (looked, dense)
+    assert sum("consolidated lobe" in w for w in off.report["warnings"]) == 1
+    assert not any("consolidated lobe" in w for w in on.report["warnings"])
     side = phantom.info["consolidation"][0]["side"]
     d_on = metrics.lung_metrics(on.label, phantom.label)[side]["dice"]
     d_off = metrics.lung_metrics(off.label, phantom.label)[side]["dice"]

@@ -19,6 +19,7 @@ from segpipe.refine.base import FineContext, RuleReport, ScanContext
 from segpipe.refine.body import BodyParams, body_cut_side, body_interior, body_midline_x
 from segpipe.refine.components import ComponentsParams, clean_lungs, clean_lungs_array, fill_holes, fill_slice_holes, lung_pieces
 from segpipe.refine.dense_lung import DenseLungParams, dense_lung
+from segpipe.refine.dense_lung import check as dense_lung_check
 from segpipe.refine.dense_to_wall import DenseToWallParams, dense_to_wall
 from segpipe.refine.edge_snap import EdgeSnapParams, snap_edges, snap_label_edges
 from segpipe.refine.fat import FatParams, clear_fat, fat_in_lung
@@ -1106,6 +1107,29 @@ def test_dense_lung_leaves_a_clean_lung_and_unsure_regions_alone() -> None:
     assert not dense_lung(np.zeros_like(cavity), prior, hu, (1.5, 1.5, 1.5)).any()
 
 
+def test_dense_lung_switched_off_reports_what_it_would_add() -> None:
+    """Off, the rule changes nothing but still looks, on every second voxel: the volume it
+    would add is the rule's own within a tenth; a clean lung, a switched-off look
+    (``warn_ml`` 0) and a lattice whose lobe lies past the scan report none."""
+    cavity, lower, hu, prior = _lobe_on_the_liver(consolidated=True)
+    lung = cavity & ~lower
+    lung.flags.writeable = False
+    ctx = FineContext(hu=hu, spacing_xyz=(1.5, 1.5, 1.5), inside=np.ones(hu.shape, bool), in_scan=np.ones(hu.shape, bool),
+                      network_lung=lung, coarse_prior=lambda: prior, body_centre_yx=lambda: np.zeros((hu.shape[0], 2)))
+    added = dense_lung(lung, prior, hu, (1.5, 1.5, 1.5)).sum() * ctx.voxel_ml
+    off = RuleSet().dense_lung
+    out, reports = run_rules("fine", lung, ctx, RuleSet())
+    assert not off.enabled and np.array_equal(out, lung) and not reports[0].enabled and reports[0].added_ml == 0
+    assert reports[0].would_add_ml == pytest.approx(added, rel=0.1) and added > 100
+    assert reports[0].to_dict()["would_add_ml"] == round(reports[0].would_add_ml, 1)
+    assert reports[0].plus(reports[0]).would_add_ml == pytest.approx(2 * reports[0].would_add_ml)
+    assert dense_lung_check(lung, ctx, dataclasses.replace(off, warn_ml=0.0)).would_add_ml == 0
+    assert dense_lung_check(cavity, ctx, off).would_add_ml == 0  # nothing left out
+    beyond = dataclasses.replace(ctx, in_scan=~lower)  # the lobe beyond the scan's faces
+    assert dense_lung_check(lung, beyond, off).would_add_ml <= 0.1 * added
+    assert "would_add_ml" not in RuleReport("dense_lung", "fine", enabled=False).to_dict()
+
+
 def _consolidation_against_the_ribs(spacing: float = 1.5) -> dict[str, np.ndarray]:
     """Axial slices through a chest: muscle (45 HU) around and between the ribs (arcs of bone
     at 100-106 mm from the axis, 20 degrees long with 10 degree gaps, turning with height as
@@ -1455,7 +1479,11 @@ def test_a_fine_rule_switched_off_leaves_the_mask_as_without_it(off: str) -> Non
     out, reports = run_rules("fine", lung, ctx, rule_set)
     assert [r.name for r in reports] == ["dense_lung", "dense_to_wall", "pleural_air"]
     assert [r.enabled for r in reports] == [r.name != off for r in reports]
-    assert reports[[r.name for r in reports].index(off)] == RuleReport(off, "fine", enabled=False)
+    report = reports[[r.name for r in reports].index(off)]
+    if off == "dense_lung":  # it still looks: what it would add, the mask left alone
+        assert dataclasses.replace(report, would_add_ml=0.0) == RuleReport(off, "fine", enabled=False)
+    else:
+        assert report == RuleReport(off, "fine", enabled=False)
     expected, _ = _step_by_step("fine", lung, ctx, rule_set)
     assert np.array_equal(out, expected)
     default, _ = run_rules("fine", lung, ctx, ALL_ON)
@@ -1605,10 +1633,13 @@ def test_the_scan_is_released_once_after_its_last_reader(monkeypatch: pytest.Mon
 
 def test_all_fine_rule_setoff_leave_the_network_lung() -> None:
     lung, ctx, _ = _fine_case()
-    out, reports = run_rules("fine", lung, ctx, RuleSet().switched(off=["dense_lung", "dense_to_wall", "pleural_air"]))
+    off = RuleSet().switched(off=["dense_lung", "dense_to_wall", "pleural_air"]).updated({"dense_lung": {"warn_ml": 0}})
+    out, reports = run_rules("fine", lung, ctx, off)
     assert np.array_equal(out, lung)
     assert reports == [RuleReport(n, "fine", enabled=False) for n in ("dense_lung", "dense_to_wall", "pleural_air")]
     assert all(r.to_dict() == {"enabled": False, "grid": "fine", "added_ml": 0.0, "removed_ml": 0.0} for r in reports)
+    looked, _ = run_rules("fine", lung, ctx, off.updated({"dense_lung": {"warn_ml": 50}}))
+    assert np.array_equal(looked, lung)  # looking changes nothing
 
 
 # ----------------------------------------------------------------------------- describe

@@ -225,6 +225,10 @@ class LungSegmenter:
         if pleural.removed_ml >= s.rules.pleural_air.warn_ml:
             warnings.append(f"took {pleural.removed_ml:.0f} mL of vessel-free air at the lungs' edge out of the mask "
                             "(a pneumothorax, or gas under the diaphragm): check the QC picture")
+        dense = next(r for r in rules if r.name == "dense_lung")
+        if not dense.enabled and dense.would_add_ml >= s.rules.dense_lung.warn_ml > 0:
+            warnings.append(f"left out {dense.would_add_ml:.0f} mL of dense tissue that the coarse stage is sure is lung "
+                            "(a consolidated lobe?): check the QC picture; the dense_lung rule (off by default) adds it")
         warnings += [w for r in scan_reports for w in r.warnings]
         device = s.device
         return {

@@ -113,7 +113,8 @@ class ScanContext:
 @dataclass(frozen=True)
 class RuleReport:
     """What one step did: its name, the grid it ran on, whether it was on, the lung volume it
-    added and removed (mL), and warnings for the user."""
+    added and removed (mL), warnings for the user, and, for a step that looks even when it is
+    off (``dense_lung``), the volume it would have added (mL)."""
 
     name: str
     grid: str
@@ -121,6 +122,7 @@ class RuleReport:
     added_ml: float = 0.0
     removed_ml: float = 0.0
     warnings: tuple[str, ...] = ()
+    would_add_ml: float = 0.0
 
     @classmethod
     def of(cls, name: str, ctx: FineContext | ScanContext, added: int = 0, removed: int = 0,
@@ -131,8 +133,12 @@ class RuleReport:
     def plus(self, other: RuleReport) -> RuleReport:
         """The sum of two runs of the same step (two fine regions)."""
         return RuleReport(self.name, self.grid, self.enabled or other.enabled, self.added_ml + other.added_ml,
-                          self.removed_ml + other.removed_ml, self.warnings + other.warnings)
+                          self.removed_ml + other.removed_ml, self.warnings + other.warnings,
+                          self.would_add_ml + other.would_add_ml)
 
     def to_dict(self) -> dict[str, object]:
-        return {"enabled": self.enabled, "grid": self.grid,
-                "added_ml": round(self.added_ml, 1), "removed_ml": round(self.removed_ml, 1)}
+        out: dict[str, object] = {"enabled": self.enabled, "grid": self.grid,
+                                  "added_ml": round(self.added_ml, 1), "removed_ml": round(self.removed_ml, 1)}
+        if self.would_add_ml:
+            out["would_add_ml"] = round(self.would_add_ml, 1)
+        return out

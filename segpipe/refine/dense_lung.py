@@ -16,7 +16,7 @@ from scipy import ndimage
 from segpipe.refine._util import bounding_box, component_sizes, ellipsoid, label, smoothed_hu, touches
 from segpipe.refine.base import FineContext, RuleReport
 
-__all__ = ["DenseLungParams", "dense_lung", "rule"]
+__all__ = ["DenseLungParams", "dense_lung", "rule", "check"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,9 @@ class DenseLungParams:
         min_ml: smaller regions are the coarse stage's 4 mm edge, not a lobe.
         sure: some of a region must reach this coarse lung probability.
         min_share: share of a region's voxels that must be dense.
+        warn_ml: with the rule off, the report still looks (on every second voxel of the
+            lattice) and warns where it would add at least this much to a scan: dense tissue the
+            coarse stage is sure is lung, left out of the mask (a consolidated lobe); 0 skips it.
     """
 
     enabled: bool = False
@@ -38,6 +41,7 @@ class DenseLungParams:
     min_ml: float = 10.0
     sure: float = 0.9
     min_share: float = 0.5
+    warn_ml: float = 50.0
 
 
 def dense_lung(lung: np.ndarray, prior: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float],
@@ -84,3 +88,16 @@ def rule(mask: np.ndarray, ctx: FineContext, p: DenseLungParams) -> tuple[np.nda
     """Add the dense lung the coarse stage is sure of to ``mask`` (a fine region's lattice)."""
     added = dense_lung(mask, ctx.coarse_prior(), ctx.hu, ctx.spacing_xyz, allowed=ctx.inside, p=p)
     return mask | added, RuleReport.of("dense_lung", ctx, added=int(np.count_nonzero(added & ctx.in_scan)))
+
+
+def check(mask: np.ndarray, ctx: FineContext, p: DenseLungParams) -> RuleReport:
+    """With the rule off: what it would add inside the scan (``would_add_ml``), looked for on
+    every second voxel of the lattice (a volume for the report's warning, at an eighth of the
+    cost); the mask is not changed."""
+    if p.warn_ml <= 0:
+        return RuleReport("dense_lung", ctx.grid, enabled=False)
+    half = (slice(None, None, 2),) * 3
+    spacing = tuple(2.0 * float(v) for v in ctx.spacing_xyz)
+    added = dense_lung(mask[half], ctx.coarse_prior()[half], ctx.hu[half], spacing, allowed=ctx.inside[half], p=p)
+    would = np.count_nonzero(added & ctx.in_scan[half]) * 8 * ctx.voxel_ml
+    return RuleReport("dense_lung", ctx.grid, enabled=False, would_add_ml=float(would))

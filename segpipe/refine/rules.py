@@ -42,7 +42,8 @@ __all__ = ["Step", "STEPS", "RuleSet", "run_rules", "describe"]
 @dataclass(frozen=True)
 class Step:
     """One clean-up step: its name, grid (``"fine"`` or ``"scan"``), entry point and whether
-    it can be switched off."""
+    it can be switched off; ``check`` (optional) runs instead of it when it is off and reports
+    what it would have done, leaving the mask alone."""
 
     name: str
     grid: str
@@ -50,10 +51,12 @@ class Step:
     switchable: bool
     summary: str
     reads_scan: bool = True
+    check: Callable[..., RuleReport] | None = None
 
 
 STEPS: tuple[Step, ...] = (
-    Step("dense_lung", "fine", dense_lung.rule, True, "a consolidated lobe the coarse stage is sure of is added"),
+    Step("dense_lung", "fine", dense_lung.rule, True, "a consolidated lobe the coarse stage is sure of is added",
+         check=dense_lung.check),
     Step("dense_to_wall", "fine", dense_to_wall.rule, True, "that consolidation is followed out to the ribs"),
     Step("pleural_air", "fine", pleural_air.rule, True, "vessel-free air at the lung's edge (pneumothorax) goes"),
     Step("body", "scan", body.rule, False, "lung only inside the body", False),
@@ -148,7 +151,8 @@ def run_rules(grid: str, mask: np.ndarray, ctx: FineContext | ScanContext, rules
         ctx.release_scan()
     for i, step in enumerate(steps):
         if not rules.enabled(step.name):
-            reports.append(RuleReport(step.name, grid, enabled=False))
+            params = getattr(rules, step.name)
+            reports.append(step.check(mask, ctx, params) if step.check else RuleReport(step.name, grid, enabled=False))
             continue
         mask, report = step.run(mask, ctx, getattr(rules, step.name))
         reports.append(report)
