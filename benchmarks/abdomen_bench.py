@@ -72,8 +72,10 @@ def main() -> int:
     for seed in range(*args.seeds):
         ph = case(seed)
         t = time.perf_counter()
-        pred = sitk.GetArrayFromImage(seg.predict(ph.image))
-        row = {"seed": seed, "slice_mm": ph.image.GetSpacing()[2], **score(pred, ph), "seconds": round(time.perf_counter() - t, 1)}
+        result = seg.predict_with_report(ph.image)
+        pred = sitk.GetArrayFromImage(result.label)
+        row = {"seed": seed, "slice_mm": ph.image.GetSpacing()[2], **score(pred, ph), "seconds": round(time.perf_counter() - t, 1),
+               "warnings": result.report["warnings"]}
         rows.append(row)
         print(f"{seed} slice {row['slice_mm']:.0f} mm  right {row['right']['dice']} ({row['right']['ref_ml']} mL)  "
               f"left {row['left']['dice']} ({row['left']['ref_ml']} mL)  non-lung {row['non_lung_ml']} mL "

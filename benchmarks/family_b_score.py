@@ -104,10 +104,11 @@ def main() -> int:
         image, label = _shifted(image, args.shift_x), _shifted(label, args.shift_x)
         ref = sitk.GetArrayFromImage(label)
         ml = float(np.prod(image.GetSpacing())) / 1000.0
-        row: dict[str, Any] = {"case": f"b{args.seed_base + i}", "kind": kind,
+        row: dict[str, Any] = {"case": f"b{args.seed_base + i}", "kind": kind, "pathology": info["pathology"],
                                "ref_ml": [round(float((ref == v).sum()) * ml, 1) for v in (1, 2)]}
         for name, seg in segs.items():
-            pred_image = seg.predict(image)
+            result = seg.predict_with_report(image)
+            pred_image = result.label
             hd95 = {side: m["hd95_mm"] for side, m in lung_metrics(pred_image, label).items()}
             pred = sitk.GetArrayFromImage(pred_image)
             outside = ((pred > 0) & (ref == 0)).astype(np.uint8)
@@ -116,7 +117,8 @@ def main() -> int:
             row[name] = {"dice": [round(_dice(pred == v, ref == v), 4) if (ref == v).any() else None for v in (1, 2)],
                          "hd95_mm": [round(float(hd95[side]), 1) if (ref == v).any() else None for side, v in (("right", 1), ("left", 2))],
                          "non_lung_ml": round(float(outside.sum()) * ml, 1),
-                         "table_ml": round(_table_ml(table, info["mattress_top_y_mm"]), 1)}
+                         "table_ml": round(_table_ml(table, info["mattress_top_y_mm"]), 1),
+                         "warnings": result.report["warnings"]}
         rows.append(row)
         print(f"{row['case']} {kind:<14} " + "  ".join(f"{n}: {row[n]['dice']} +{row[n]['non_lung_ml']} mL (table {row[n]['table_ml']})"
                                                     for n in segs), flush=True)
