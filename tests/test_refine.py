@@ -1107,6 +1107,22 @@ def test_dense_lung_leaves_a_clean_lung_and_unsure_regions_alone() -> None:
     assert not dense_lung(np.zeros_like(cavity), prior, hu, (1.5, 1.5, 1.5)).any()
 
 
+def test_dense_lung_needs_a_little_of_the_fine_networks_belief() -> None:
+    """The fine network gives a consolidated lobe a little lung probability (a few hundredths);
+    soft tissue that the coarse stage's edge takes in where a view cuts the lung gets next to
+    none: with the network's P(background) at hand, only the first is added."""
+    cavity, lower, hu, prior = _lobe_on_the_liver(consolidated=True)
+    lung = cavity & ~lower
+    without = dense_lung(lung, prior, hu, (1.5, 1.5, 1.5))
+    assert without.sum() >= 0.9 * lower.sum()
+    for belief, kept in ((0.03, True), (0.005, False)):
+        background = np.where(lung, 0.02, 1.0 - belief).astype(np.float32)
+        added = dense_lung(lung, prior, hu, (1.5, 1.5, 1.5), background=background)
+        assert np.array_equal(added, without) if kept else not added.any(), belief
+    low = DenseLungParams(min_network=0.004)
+    assert np.array_equal(dense_lung(lung, prior, hu, (1.5, 1.5, 1.5), p=low, background=background), without)
+
+
 def test_dense_lung_switched_off_reports_what_it_would_add() -> None:
     """Off, the rule changes nothing but still looks, on every second voxel: the volume it
     would add is the rule's own within a tenth; a clean lung, a switched-off look

@@ -104,7 +104,8 @@ def _run_once(region: Region, source: ScanSource, geometry: spatial.Geometry, co
     lung = background < 0.5
     inside = coarse.inside_on(grid)
     ctx = FineContext(hu=hu, spacing_xyz=s.fine_mm, inside=inside, in_scan=in_scan(grid, geometry), network_lung=lung,
-                      coarse_prior=lambda: coarse.prior_on(lattice), body_centre_yx=lambda: coarse.body_centre_on(grid))
+                      coarse_prior=lambda: coarse.prior_on(lattice), body_centre_yx=lambda: coarse.body_centre_on(grid),
+                      network_background=background)
     new, reports = run_rules("fine", lung, ctx, s.rules)
     background[new & ~lung] = 0.0
     background[lung & ~new] = 1.0

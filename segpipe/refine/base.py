@@ -36,6 +36,8 @@ class FineContext:
         coarse_prior: the coarse stage's lung probability on the lattice (computed on demand).
         body_centre_yx: per slice, the body's centre as a ``(y, x)`` index of the lattice,
             ``(Z, 2)`` (computed on demand).
+        network_background: the fine network's P(background) (float32, read only; None where
+            only its lung is known).
     """
 
     hu: np.ndarray
@@ -45,6 +47,7 @@ class FineContext:
     network_lung: np.ndarray
     coarse_prior: Callable[[], np.ndarray]
     body_centre_yx: Callable[[], np.ndarray]
+    network_background: np.ndarray | None = None
 
     grid = "fine"
 

@@ -29,6 +29,10 @@ class DenseLungParams:
         min_ml: smaller regions are the coarse stage's 4 mm edge, not a lobe.
         sure: some of a region must reach this coarse lung probability.
         min_share: share of a region's voxels that must be dense.
+        min_network: the fine network's lung probability, averaged over a region, must reach
+            this: it gives a consolidated lobe a little (0.02-0.08 in phantoms of both families),
+            and next to none (0.004-0.011) to the soft tissue that the coarse stage's edge takes in
+            where a view cuts the lung.
         warn_ml: with the rule off, the report still looks (on every second voxel of the
             lattice) and warns where it would add at least this much to a scan: dense tissue the
             coarse stage is sure is lung, left out of the mask (a consolidated lobe); 0 skips it.
@@ -41,11 +45,13 @@ class DenseLungParams:
     min_ml: float = 10.0
     sure: float = 0.9
     min_share: float = 0.5
+    min_network: float = 0.015
     warn_ml: float = 50.0
 
 
 def dense_lung(lung: np.ndarray, prior: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float],
-               allowed: np.ndarray | None = None, p: DenseLungParams = DenseLungParams()) -> np.ndarray:
+               allowed: np.ndarray | None = None, p: DenseLungParams = DenseLungParams(),
+               background: np.ndarray | None = None) -> np.ndarray:
     """Dense lung the fine stage left out that the coarse stage calls lung.
 
     A region is added to the ``(z, y, x)`` lung mask ``lung`` when it is outside the mask, the
@@ -53,7 +59,9 @@ def dense_lung(lung: np.ndarray, prior: np.ndarray, hu: np.ndarray, spacing_xyz:
     somewhere in it, it survives an opening of ``p.open_mm`` (the coarse stage's blurred edge
     around aerated lung does not), it holds at least ``p.min_ml``, at least ``p.min_share`` of
     it is denser than ``p.hu`` and it touches the mask. ``allowed`` (optional) limits where it
-    may lie (inside the body, outside the airways). Returns the voxels to add."""
+    may lie (inside the body, outside the airways); with the fine network's P(background)
+    ``background`` (same grid), its mean lung probability must reach ``p.min_network``.
+    Returns the voxels to add."""
     lung = np.asarray(lung, bool)
     out = np.zeros(lung.shape, bool)
     cand = (prior >= 0.5) & ~lung
@@ -77,6 +85,8 @@ def dense_lung(lung: np.ndarray, prior: np.ndarray, hu: np.ndarray, spacing_xyz:
     sure = ndimage.maximum(prior[box], labels, idx)
     keep = np.zeros(n + 1, bool)
     keep[1:] = (size * voxel_ml >= p.min_ml) & (dense >= p.min_share * size) & (np.asarray(sure) >= p.sure)
+    if background is not None and keep.any():
+        keep[1:] &= 1.0 - np.asarray(ndimage.mean(background[box], labels, idx)) >= p.min_network
     if not keep.any():
         return out
     found = keep[labels]
@@ -86,7 +96,8 @@ def dense_lung(lung: np.ndarray, prior: np.ndarray, hu: np.ndarray, spacing_xyz:
 
 def rule(mask: np.ndarray, ctx: FineContext, p: DenseLungParams) -> tuple[np.ndarray, RuleReport]:
     """Add the dense lung the coarse stage is sure of to ``mask`` (a fine region's lattice)."""
-    added = dense_lung(mask, ctx.coarse_prior(), ctx.hu, ctx.spacing_xyz, allowed=ctx.inside, p=p)
+    added = dense_lung(mask, ctx.coarse_prior(), ctx.hu, ctx.spacing_xyz, allowed=ctx.inside, p=p,
+                       background=ctx.network_background)
     return mask | added, RuleReport.of("dense_lung", ctx, added=int(np.count_nonzero(added & ctx.in_scan)))
 
 
@@ -98,6 +109,8 @@ def check(mask: np.ndarray, ctx: FineContext, p: DenseLungParams) -> RuleReport:
         return RuleReport("dense_lung", ctx.grid, enabled=False)
     half = (slice(None, None, 2),) * 3
     spacing = tuple(2.0 * float(v) for v in ctx.spacing_xyz)
-    added = dense_lung(mask[half], ctx.coarse_prior()[half], ctx.hu[half], spacing, allowed=ctx.inside[half], p=p)
+    background = None if ctx.network_background is None else ctx.network_background[half]
+    added = dense_lung(mask[half], ctx.coarse_prior()[half], ctx.hu[half], spacing, allowed=ctx.inside[half], p=p,
+                       background=background)
     would = np.count_nonzero(added & ctx.in_scan[half]) * 8 * ctx.voxel_ml
     return RuleReport("dense_lung", ctx.grid, enabled=False, would_add_ml=float(would))
