@@ -412,6 +412,31 @@ def test_a_lone_lung_the_vote_and_flank_leave_open_takes_the_scanner_centres_sid
     assert "the scanner's centre" not in cues
 
 
+def test_a_find_the_vote_splits_that_does_not_reach_the_scanner_centre_is_one_lung() -> None:
+    """A narrow view inside the right chest (cut at both sides, no flank): the network's vote
+    splits the lone find into two touching lungs (its medial half voted left), but the whole
+    find lies right of the scanner's centre, where the body's middle, and the junction of two
+    lungs, would be: it is the right lung, with the scanner's centre as its cue. A find that
+    reaches across the centre, or a view that holds the body's width, is split as before."""
+    from segpipe.refine.sides import beyond_centre
+
+    lung = np.zeros((20, 30, 40), bool)
+    lung[3:17, 5:25, 4:36] = True
+    vote = np.zeros_like(lung)
+    vote[:, :, 20:] = True  # the vote's halves: right at low x, left at high x
+    vote &= lung
+    assert beyond_centre(lung, 38.0) == 1 and beyond_centre(lung, 2.0) == 2 and beyond_centre(lung, 20.0) == 0
+    assert beyond_centre(lung, None) == 0 and beyond_centre(np.zeros_like(lung), 38.0) == 0
+    split = split_sides(lung, midline_x=20.0, left_vote=vote, view_side=3)
+    assert (split[lung] == 1).any() and (split[lung] == 2).any()  # two lungs by the vote
+    cues: list[str] = []
+    assert (split_sides(lung, midline_x=20.0, left_vote=vote, view_side=3, centre_x=38.0, cues=cues)[lung] == 1).all()
+    assert cues == ["the scanner's centre"]
+    assert (split_sides(lung, midline_x=20.0, left_vote=vote, view_side=3, centre_x=2.0)[lung] == 2).all()
+    assert np.array_equal(split_sides(lung, midline_x=20.0, left_vote=vote, view_side=3, centre_x=30.0), split)
+    assert np.array_equal(split_sides(lung, midline_x=20.0, left_vote=vote, view_side=0, centre_x=38.0), split)
+
+
 def test_two_finds_beside_one_flank_are_pieces_of_that_sides_lung() -> None:
     """A view of the right chest in which the coarse stage finds the right lung in two pieces
     (front and back, the larger one at higher x): by their mean x the smaller would be the

@@ -16,8 +16,8 @@ from scipy import ndimage
 from segpipe.refine._util import component_sizes, label, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
 
-__all__ = ["SidesParams", "split_sides", "piece_side", "flank_side", "joined_lungs", "join_cut_pieces", "side_boundary",
-           "rule"]
+__all__ = ["SidesParams", "split_sides", "piece_side", "flank_side", "beyond_centre", "joined_lungs", "join_cut_pieces",
+           "side_boundary", "rule"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,9 @@ class SidesParams:
             is a lung of its own.
         scanner_centre: a lung alone in a view that cuts the body, whose side neither the
             network's vote nor the view's flank tells, takes the side of the scanner's centre
-            (physical x = 0) on which nine tenths of it lie (:func:`centre_side`).
+            (physical x = 0) on which nine tenths of it lie (:func:`centre_side`); a single
+            find that the vote parts into two lungs but that lies wholly on one side of it is one
+            lung of that side (:func:`beyond_centre`).
     """
 
     min_fraction: float = 0.15
@@ -234,6 +236,16 @@ def centre_side(mask: np.ndarray, centre_x: float | None) -> int:
     return 0 if centre_x is None else _side_of(mask, centre_x)
 
 
+def beyond_centre(mask: np.ndarray, centre_x: float | None) -> int:
+    """1 (right) or 2 (left) where all of ``mask`` lies on that side of ``centre_x`` (the x
+    index of the scanner's centre); 0 otherwise or without it. Two lungs meet at the body's
+    middle, near the scanner's centre: a find that does not reach across it holds one lung."""
+    if centre_x is None or not mask.any():
+        return 0
+    xs = np.nonzero(mask.any(axis=(0, 1)))[0]
+    return 1 if xs[-1] < centre_x else 2 if xs[0] > centre_x else 0
+
+
 def piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int:
     """1 (right) or 2 (left) where nine tenths of ``mask`` lie on that side of ``midline_x``
     and as much of it is that side by ``left_vote``; 0 otherwise."""
@@ -378,7 +390,9 @@ def _one_lung_side(single: np.ndarray, halves: np.ndarray, midline_x: float | No
     votes for, else the side whose ``flank`` shows beside it (:func:`flank_side`; 0: none),
     else, in a view that cuts the body, the side of the scanner's centre ``centre_x`` on which
     it lies (:func:`centre_side`), else ``view_side`` (1 or 2), else, in a view that cuts both
-    sides (3), the vote's majority. Otherwise (or without a vote) it is one lung where one side
+    sides (3), the vote's majority. Where the vote does confirm them, in a view that cuts the
+    body, it is one lung all the same where it lies wholly on one side of the scanner's centre
+    (:func:`beyond_centre`). Otherwise (or without a vote) it is one lung where one side
     of ``midline_x`` holds nine tenths of it: of the side whose flank shows beside it, else of
     that side (in a view that cuts the body, its middle is the view's); 0 where none decides."""
     if left_vote is not None and not _halves_agree(halves, left_vote):
@@ -388,6 +402,8 @@ def _one_lung_side(single: np.ndarray, halves: np.ndarray, midline_x: float | No
                           ("the network's majority vote", _vote_side(single, left_vote, 0.5) if view_side == 3 else 0)):
             if side:
                 return side, cue
+    elif view_side and beyond_centre(single, centre_x):  # the vote's two lungs, yet it does not reach the body's middle
+        return beyond_centre(single, centre_x), "the scanner's centre"
     if midline_x is not None:
         side = _side_of(single, midline_x)
         if side:
