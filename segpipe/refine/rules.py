@@ -145,16 +145,16 @@ def run_rules(grid: str, mask: np.ndarray, ctx: FineContext | ScanContext, rules
     new mask and one report per step (switched-off steps report ``enabled: false``). On the
     scan grid, the scan's voxels are released as soon as no later step reads them."""
     steps = [s for s in STEPS if s.grid == grid]
-    last_reader = max((i for i, s in enumerate(steps) if s.reads_scan and rules.enabled(s.name)), default=-1)
+    last_reader = max((i for i, s in enumerate(steps) if s.reads_scan and (rules.enabled(s.name) or s.check)), default=-1)
     reports = []
     if isinstance(ctx, ScanContext) and last_reader < 0:
         ctx.release_scan()
     for i, step in enumerate(steps):
-        if not rules.enabled(step.name):
-            params = getattr(rules, step.name)
-            reports.append(step.check(mask, ctx, params) if step.check else RuleReport(step.name, grid, enabled=False))
-            continue
-        mask, report = step.run(mask, ctx, getattr(rules, step.name))
+        params = getattr(rules, step.name)
+        if rules.enabled(step.name):
+            mask, report = step.run(mask, ctx, params)
+        else:  # a switched-off step with a check still looks, leaving the mask alone
+            report = step.check(mask, ctx, params) if step.check else RuleReport(step.name, grid, enabled=False)
         reports.append(report)
         if isinstance(ctx, ScanContext) and i == last_reader:
             ctx.release_scan()
