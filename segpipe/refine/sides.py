@@ -402,8 +402,8 @@ def _one_lung_side(single: np.ndarray, halves: np.ndarray, midline_x: float | No
                           ("the network's majority vote", _vote_side(single, left_vote, 0.5) if view_side == 3 else 0)):
             if side:
                 return side, cue
-    elif view_side and beyond_centre(single, centre_x):  # the vote's two lungs, yet it does not reach the body's middle
-        return beyond_centre(single, centre_x), "the scanner's centre"
+    elif view_side and (side := beyond_centre(single, centre_x)):  # the vote's two lungs, not reaching the body's middle
+        return side, "the scanner's centre"
     if midline_x is not None:
         side = _side_of(single, midline_x)
         if side:
