@@ -90,6 +90,7 @@ class Canvas:
     def to_label(self, scan: Scan) -> sitk.Image:
         """The full-size uint8 mask with exactly the input's geometry and orientation (the
         canvas is released)."""
+        release_freed_memory()  # the scan-grid steps' buffers go back before the full-size mask comes
         full = np.zeros(tuple(reversed(scan.geometry_c.size)), np.uint8)  # untouched pages cost no memory
         lo, hi = self.lo, self.hi
         full[lo[2]:hi[2], lo[1]:hi[1], lo[0]:hi[0]] = self.array
