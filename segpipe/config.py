@@ -172,7 +172,11 @@ class AugmentConfig:
     ``fov_label``: the labels beyond a box, slab or side cut: ``"background"``,
     or with ``fov_fill: edge`` also ``"edge"`` (the kept part's edge labels repeated with its
     image, so a repeated lung edge is not taught as background: at inference that padding lies
-    outside the scan and is dropped)."""
+    outside the scan and is dropped). ``fov_end``: share of the box and slab cuts that are
+    lung-end slabs (:func:`segpipe.train.patches.cut_lung_end`: a slab whose edge lies just past
+    the lowest or highest lung slice of the patch, keeping ``fov_end_slices`` of them: the lung
+    bases in the first slices of an abdominal scan, the apices in the last of a neck scan); 0
+    turns it off."""
 
     probability: float = 0.3
     mirror: bool = False
@@ -191,8 +195,14 @@ class AugmentConfig:
     fov_side: float = 0.0
     fov_side_strip: tuple[float, float] = (0.05, 0.35)
     fov_label: str = "background"
+    fov_end: float = 0.0
+    fov_end_slices: tuple[int, int] = (1, 10)
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.fov_end <= 1.0:
+            raise ConfigError(f"augment.fov_end: expected 0..1, got {self.fov_end}")
+        if not 1 <= self.fov_end_slices[0] <= self.fov_end_slices[1]:
+            raise ConfigError(f"augment.fov_end_slices: expected 1 <= low <= high, got {list(self.fov_end_slices)}")
         if self.fov_label not in ("background", "edge"):
             raise ConfigError(f"augment.fov_label: expected 'background' or 'edge', got {self.fov_label!r}")
         if self.fov_label == "edge" and self.fov_fill != "edge":

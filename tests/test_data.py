@@ -604,3 +604,46 @@ def test_cache_decoy_crops_for_the_lungs_a_label_lacks(tmp_path: Path) -> None:
     assert plain.fine == {}
     with pytest.raises(ConfigError, match="fine_decoy_mm"):
         DataConfig(fine_decoy_mm=-1.0)
+
+
+def test_cut_lung_end_keeps_a_few_slices_at_an_end_of_the_lungs() -> None:
+    """A lung-end slab keeps ``slices`` of the lungs' lowest slices with the abdomen below (the
+    bases at an abdominal scan's top) or of their highest with the neck above (the apices at a
+    neck scan's bottom), either end drawn; beyond it the edge is repeated (labels with
+    ``edge_label``, else background). Only an end inside the patch is cut; None without one."""
+    from segpipe.config import AugmentConfig
+    from segpipe.train.patches import cut_lung_end
+
+    lbl = np.zeros((64, 8, 8), np.uint8)
+    lbl[10:50, 2:6, 2:6] = 1  # lung in slices 10-49 (z: feet to head)
+    img = np.where(lbl > 0, -850.0, 40.0).astype(np.float32) + np.arange(64, dtype=np.float32)[:, None, None]
+    ends = set()
+    for seed in range(30):
+        a, b = cut_lung_end(img, lbl, np.random.default_rng(seed), keep=(0.3, 0.5), slices=(2, 4))
+        kept = np.flatnonzero((a == img).all(axis=(1, 2)))  # fill "air": the slab's own slices
+        lung = np.flatnonzero(b.any(axis=(1, 2)))
+        assert 2 <= len(lung) <= 4 and set(lung) <= set(kept)
+        assert (np.diff(kept) == 1).all() and (a[np.setdiff1d(np.arange(64), kept)] == -1024.0).all()
+        assert len(kept) >= round(0.3 * 64) - 1 or kept[0] == 0 or kept[-1] == 63  # or the patch's end stops it
+        if lung[0] == 10:  # the bases: the lung in the slab's top slices
+            assert lung[-1] == kept[-1]
+            ends.add("bases")
+        else:
+            assert lung[-1] == 49 and lung[0] == kept[0]  # the apices: in its bottom slices
+            ends.add("apices")
+    assert ends == {"bases", "apices"}
+    a, b = cut_lung_end(img, lbl, np.random.default_rng(1), slices=(3, 3), fill="edge", edge_label=True)
+    kept_lung = np.flatnonzero((a < -500).any(axis=(1, 2)))
+    assert len(kept_lung) > 3 and (b[kept_lung] > 0).any(axis=(1, 2)).all()  # the edge repeated with its labels
+    top_only = lbl.copy()
+    top_only[:12] = 1  # the lungs reach the patch's first slice: only the apices can be cut
+    for seed in range(5):
+        _, b = cut_lung_end(img, top_only, np.random.default_rng(seed), slices=(2, 2))
+        assert np.flatnonzero(b.any(axis=(1, 2)))[-1] == 49
+    whole = np.ones_like(lbl)
+    assert cut_lung_end(img, whole, np.random.default_rng(0)) is None
+    assert AugmentConfig().fov_end == 0.0
+    with pytest.raises(ConfigError, match="fov_end"):
+        AugmentConfig(fov_end=2.0)
+    with pytest.raises(ConfigError, match="fov_end_slices"):
+        AugmentConfig(fov_end_slices=(0, 3))

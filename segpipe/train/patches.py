@@ -228,6 +228,11 @@ class PatchDataset:
                 strip = tuple(getattr(self.augment, "fov_side_strip", SIDE_STRIP))
                 cut = (cut_beside_lung(img, lbl, rng, strip, fill=fill, edge_label=edge_label)  # type: ignore[arg-type]
                        if side > 0 and rng.random() < side else None)
+                end = getattr(self.augment, "fov_end", 0.0)
+                if cut is None and end > 0 and rng.random() < end:  # no draw when off
+                    cut = cut_lung_end(img, lbl, rng, self.augment.fov_keep,  # type: ignore[attr-defined,arg-type]
+                                       tuple(self.augment.fov_end_slices), fill=fill,  # type: ignore[attr-defined]
+                                       edge_label=edge_label)
                 img, lbl = cut if cut is not None else cut_field_of_view(
                     img, lbl, rng, self.augment.fov_keep, fill=fill, edge_label=edge_label)  # type: ignore[attr-defined]
         return {
@@ -287,6 +292,34 @@ def _keep_box(img: np.ndarray, lbl: np.ndarray, box: tuple[slice, ...], fill: st
     out_lbl = np.zeros_like(lbl)
     out_lbl[box] = lbl[box]
     return out_img, out_lbl
+
+
+def cut_lung_end(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator, keep: tuple[float, float] = (0.35, 0.9),
+                 slices: tuple[int, int] = (1, 10), fill: str = "air",
+                 edge_label: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """A ``(z, y, x)`` patch (z: feet to head) cut as a slab that ends in a lung's lowest or
+    highest slices: the bases in the first slices of an abdominal scan, the apices in the last
+    of a neck scan. The slab keeps a number of lung slices drawn from ``slices`` (at most the
+    lungs' extent) at the lungs' end, the rest of its length (a share of the patch drawn from
+    ``keep``) beyond them; beyond the cut as :func:`cut_field_of_view`'s slab (``fill``,
+    ``edge_label``). Of the lungs' two ends, one inside the patch is drawn; None when neither
+    end lies inside it (the caller cuts another way)."""
+    zs = np.flatnonzero(np.any(lbl > 0, axis=(1, 2)))
+    n = img.shape[0]
+    ends = ([0] if zs.size and zs[0] > 0 else []) + ([1] if zs.size and zs[-1] < n - 1 else [])
+    if not ends:
+        return None
+    top = bool(ends[int(rng.integers(len(ends)))])
+    t = int(rng.integers(slices[0], slices[1] + 1))
+    t = max(1, min(t, int(zs[-1] - zs[0] + 1)))
+    length = max(t + 1, int(round(float(rng.uniform(*keep)) * n)))
+    if top:  # the apices: lung in the slab's first t slices, the neck above
+        start = int(zs[-1]) - t + 1
+        sl = slice(max(start, 0), min(start + length, n))
+    else:  # the bases: lung in the slab's last t slices, the abdomen below
+        stop = int(zs[0]) + t
+        sl = slice(max(stop - length, 0), min(stop, n))
+    return _keep_box(img, lbl, (sl, slice(None), slice(None)), fill, edge_label)
 
 
 SIDE_STRIP = (0.05, 0.35)  # share of the other lung's width that a side cut keeps
