@@ -10,6 +10,7 @@ import SimpleITK as sitk
 
 sys.path.insert(0, "benchmarks")
 import family_b
+from slabs import end_slab
 
 from segpipe import LungSegmenter, spatial
 
@@ -24,12 +25,7 @@ for seed in seeds:
     sz = can.GetSpacing()[2]
     zz = np.nonzero(la.any(axis=(1, 2)))[0]
     for kind, cm, beyond in (("bases", 1.5, 15), ("bases", 2.5, 15), ("apex", 2, 6)):
-        if kind == "bases":
-            lo = max(int(zz.min() - beyond * 10 / sz), 0)
-            hi = int(zz.min() + cm * 10 / sz) + 1
-        else:
-            lo = int(zz.max() - cm * 10 / sz)
-            hi = min(int(zz.max() + beyond * 10 / sz) + 1, la.shape[0])
+        lo, hi = end_slab(zz, sz, la.shape[0], kind, cm, beyond)
         img = can[:, :, lo:hi]
         r = la[lo:hi]
         vml = np.prod(img.GetSpacing()) / 1000

@@ -8,6 +8,7 @@ import SimpleITK as sitk
 
 sys.path.insert(0, "benchmarks")
 import fov_consistency as fc
+from slabs import end_slab
 
 from segpipe import LungSegmenter, spatial
 from segpipe.infer.settings import load_network
@@ -36,12 +37,7 @@ for name, image, ref in fc.cases(0, 0):
     zz = np.nonzero(ra.any(axis=(1, 2)))[0]
     sz = can.GetSpacing()[2]
     for kind, cm, below in [("bases", 1.5, 20), ("bases", 2.5, 20), ("bases", 4, 6), ("apex", 2, 6), ("apex", 3, 3), ("apex", 5, 6), ("bases", 6, 12)]:
-        if kind == "bases":
-            lo = max(int(zz.min() - below * 10 / sz), 0)
-            hi = int(zz.min() + cm * 10 / sz) + 1
-        else:
-            lo = int(zz.max() - cm * 10 / sz)
-            hi = min(int(zz.max() + below * 10 / sz) + 1, ra.shape[0])
+        lo, hi = end_slab(zz, sz, ra.shape[0], kind, cm, below)
         ci = spatial.resample_image(can[:, :, lo:hi], (4.0, 4.0, 4.0))
         a = sitk.GetArrayFromImage(ci)
         rl = sitk.GetArrayFromImage(sitk.Resample(refc[:, :, lo:hi], ci, sitk.Transform(), sitk.sitkNearestNeighbor, 0))

@@ -12,6 +12,7 @@ sys.path.insert(0, "benchmarks")
 import os
 
 import fov_consistency as fc
+from slabs import end_slab
 
 from segpipe import LungSegmenter, spatial
 
@@ -34,12 +35,7 @@ for name, image, ref in fc.cases(0, 0):
         slices = (3.0,)
     for kind, cm, below in kinds:
         for slice_mm in slices:
-            if kind == "bases":  # canonical z increases to the head (LPS, z index up = superior)
-                lo = max(int(zz.min() - below * 10 / sz), 0)
-                hi = int(zz.min() + cm * 10 / sz) + 1
-            else:
-                lo = int(zz.max() - cm * 10 / sz)
-                hi = min(int(zz.max() + below * 10 / sz) + 1, ra.shape[0])
+            lo, hi = end_slab(zz, sz, ra.shape[0], kind, cm, below)
             img = can[:, :, lo:hi]
             r = ref_c[:, :, lo:hi]
             if slice_mm:
