@@ -19,7 +19,7 @@ figure is the median of ``--repeats`` runs. Results of earlier runs can be reuse
 ``--e2e-json`` adds the end-to-end section (``benchmarks/e2e_bench.py --json``: the command
 against a plain MONAI pipeline, a folder against separate calls) and ``--gpu-json`` the GPU
 check (``benchmarks/gpu_check.py --json``, run on a CUDA machine; by default the last one,
-``docs/gpu_check.json``, when present).
+``docs/gpu_check.json``, when present, after ``docs/gpu_check_note.md``: what later GPU runs found).
 
 ``--quick`` makes everything small, to check the report end to end in a few minutes: the
 128 x 128 x 96 test scan only, one run, one memory size (64^3).
@@ -46,6 +46,7 @@ REPO = HERE.parent
 DEFAULT_OUT = REPO / "docs" / "BENCHMARKS.md"
 DEFAULT_EVAL = REPO / "docs" / "eval_default_model.json"
 DEFAULT_GPU = REPO / "docs" / "gpu_check.json"  # the last benchmarks/gpu_check.py --json from a CUDA machine
+GPU_NOTE = REPO / "docs" / "gpu_check_note.md"  # what later GPU runs found, printed before that section when present
 FULL_SIZES = ["small", "chest", "neck_pelvis"]
 QUICK_SIZES = ["tiny"]
 FULL_MEMORY_SIZES = [96, 128]
@@ -519,11 +520,13 @@ def e2e_section(data: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def gpu_section(data: dict[str, Any] | None) -> list[str]:
-    """The GPU check (``benchmarks/gpu_check.py --json``), as that script formats it."""
+def gpu_section(data: dict[str, Any] | None, note: str = "") -> list[str]:
+    """The GPU check (``benchmarks/gpu_check.py --json``), as that script formats it, after
+    ``note`` (markdown: what later runs on a GPU found; :data:`GPU_NOTE`)."""
     if not data:
         return []
-    return load_script("gpu_check.py").markdown_section(data).splitlines() + [""]
+    before = note.strip().splitlines() + [""] if note.strip() else []
+    return before + load_script("gpu_check.py").markdown_section(data).splitlines() + [""]
 
 
 def reproduce_section(args: argparse.Namespace, command: str) -> list[str]:
@@ -662,7 +665,8 @@ def main(argv: list[str] | None = None) -> int:
         infer_section(infer)
         + e2e_section(json.loads(args.e2e_json.read_text()) if args.e2e_json else None)
         + memory_section(memory)
-        + gpu_section(json.loads(args.gpu_json.read_text()) if args.gpu_json else None)
+        + gpu_section(json.loads(args.gpu_json.read_text()) if args.gpu_json else None,
+                      GPU_NOTE.read_text() if args.gpu_json == DEFAULT_GPU and GPU_NOTE.is_file() else "")
         + accuracy_section(args.eval_json)
         + reproduce_section(args, command.strip())
     )

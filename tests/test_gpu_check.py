@@ -236,6 +236,8 @@ def test_report_places_the_gpu_and_end_to_end_sections(result: dict) -> None:
     gpu = "\n".join(report.gpu_section(result))
     assert gpu.startswith("## GPU check: ") and gpu == gc.markdown_section(result).rstrip("\n") + "\n"
     assert report.gpu_section(None) == [] and report.e2e_section(None) == []
+    noted = "\n".join(report.gpu_section(result, "Re-run later: same figures.\n"))
+    assert noted == "Re-run later: same figures.\n\n" + gpu
     e2e = {"scan": {"scan": "scan.nii.gz", "runs": {"segpipe": [{}, {}], "monai": [{}, {}]},
                     "segpipe": {"wall_s": 5.86, "peak_rss_mib": 817.0}, "monai": {"wall_s": 20.43, "peak_rss_mib": 3161.0},
                     "time_ratio": 0.287, "rss_ratio": 0.258},
@@ -255,4 +257,7 @@ def test_recorded_gpu_run_is_the_section_in_benchmarks_md() -> None:
     section = gc.markdown_section(result)
     assert section.startswith(f"## GPU check: {result['meta']['gpu']['name']}")
     assert section in (docs / "BENCHMARKS.md").read_text()
+    note = docs / "gpu_check_note.md"  # what later GPU runs found: just before the section
+    if note.is_file():
+        assert note.read_text().strip() + "\n\n" + section in (docs / "BENCHMARKS.md").read_text()
     assert result["exit_code"] == gc.exit_code(result["checks"])
