@@ -735,6 +735,29 @@ def test_track_airways_finds_the_trachea_and_never_lung(seed: int) -> None:
     assert not track_airways((low < -900) & body_interior(low), coarse.GetSpacing()).any()
 
 
+def test_trachea_seed_ignores_specks_and_needs_a_tube() -> None:
+    """Specks of air (noise at the corners of a coarse matrix) beside the trachea's top slices do
+    not hide it; a round pocket of air in the last slices, which does not go on as a tube, is
+    not taken for it; the lung apices beside it do count as other air."""
+    from segpipe.refine.airways import trachea_seed
+
+    nz, ny, nx = 30, 64, 64
+    air = np.zeros((nz, ny, nx), bool)
+    yy, xx = np.mgrid[:ny, :nx]
+    tube = (yy - 30) ** 2 + (xx - 32) ** 2 <= 4  # about 2 cm^2 at 4 mm
+    air[10:, tube] = True  # the trachea from the top (z grows upward) down to slice 10
+    air[:, 0, 0] = air[:, 0, nx - 1] = air[:, ny - 1, 0] = True  # three one-voxel specks in every slice
+    seed = trachea_seed(air, (4.0, 4.0, 4.0))
+    assert seed is not None and seed[0] == nz - 1 and np.array_equal(seed[1], tube)
+    apices = air.copy()
+    apices[nz - 4:, 20:40, 5:15] = apices[nz - 4:, 20:40, 49:59] = True  # both apices in the top 4 slices
+    seed = trachea_seed(apices, (4.0, 4.0, 4.0))
+    assert seed is not None and seed[0] == nz - 5  # the first slice below them, where the trachea is alone
+    pocket = np.zeros_like(air)
+    pocket[:2, tube] = True  # round gas in the last two slices only: no tube
+    assert trachea_seed(pocket, (4.0, 4.0, 4.0)) is None
+
+
 def test_track_airways_stops_at_fragmented_dark_parenchyma() -> None:
     """Below the trachea, dark lung broken into many small air pieces (emphysema, noise at
     -900 HU) must not be followed: each piece is small, but together they are no airway."""

@@ -31,27 +31,51 @@ class AirwaysParams:
     max_area_cm2: float = 8.0
 
 
-def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]) -> tuple[int, np.ndarray] | None:
-    """The highest slice holding a small, round air region near the left-right middle of the
-    body's air: that is the trachea (area 0.7 - 8 cm^2). Returns (z index, 2D mask)."""
+SPECK_CM2 = 0.3  # air regions smaller than this (a few coarse voxels) are specks of noise, not air spaces
+TUBE_SLICES = 3  # the trachea's seed goes on below as one trachea-like region through this many slices
+
+
+def _trachea_like(air: np.ndarray, spacing_xyz: tuple[float, float, float]) -> tuple[list[np.ndarray], int]:
+    """The air regions of one slice that could be the trachea (0.7 - 8 cm^2, near the
+    left-right middle, round: neither extent over 2.5 times the other), and how many air
+    regions of :data:`SPECK_CM2` or more the slice holds."""
     pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
-    nz, _, nx = candidates.shape
-    for z in range(nz - 1, -1, -1):  # LPS: high z is superior
-        labels, n = ndimage.label(candidates[z], structure=CROSS2)
-        if n == 0:
+    nx = air.shape[1]
+    labels, n = ndimage.label(air, structure=CROSS2)
+    areas = np.bincount(labels.ravel(), minlength=n + 1)[1:] * pixel_cm2
+    out = []
+    for i in np.flatnonzero((areas >= 0.7) & (areas <= 8.0)) + 1:
+        region = labels == i
+        ys, xs = np.nonzero(region)
+        if abs(xs.mean() - nx / 2) > nx * 0.15:
             continue
-        for i in range(1, n + 1):
-            region = labels == i
-            area = region.sum() * pixel_cm2
-            if not 0.7 <= area <= 8.0:
-                continue
-            ys, xs = np.nonzero(region)
-            if abs(xs.mean() - nx / 2) > nx * 0.15:
-                continue
-            extent = (np.ptp(xs) + 1) * spacing_xyz[0], (np.ptp(ys) + 1) * spacing_xyz[1]
-            if max(extent) > 2.5 * min(extent):
-                continue
-            if n <= 2:  # above the lung apices only the trachea (and maybe the esophagus) is air
+        extent = (np.ptp(xs) + 1) * spacing_xyz[0], (np.ptp(ys) + 1) * spacing_xyz[1]
+        if max(extent) <= 2.5 * min(extent):
+            out.append(region)
+    return out, int(np.count_nonzero(areas >= SPECK_CM2))
+
+
+def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]) -> tuple[int, np.ndarray] | None:
+    """The trachea's highest slice: the highest slice holding a small, round air region near
+    the left-right middle of the body's air (area 0.7 - 8 cm^2) with at most one other air
+    region beside it (the esophagus; above the lung apices), that goes on below as one such
+    region through :data:`TUBE_SLICES` slices (a tube). Specks of air under
+    :data:`SPECK_CM2` (noise, the corners of a coarse matrix) do not count as other air; the
+    lung apices and a lung's air broken up by its vessels do. Returns (z index, 2D mask)."""
+    nz = candidates.shape[0]
+    for z in range(nz - 1, TUBE_SLICES - 2, -1):  # LPS: high z is superior
+        regions, count = _trachea_like(candidates[z], spacing_xyz)
+        if count > 2:
+            continue
+        for region in regions:
+            below = region
+            for k in range(1, TUBE_SLICES):
+                reach = ndimage.binary_dilation(below, structure=CROSS2)
+                on = [r for r in _trachea_like(candidates[z - k], spacing_xyz)[0] if (r & reach).any()]
+                if len(on) != 1:
+                    break
+                below = on[0]
+            else:
                 return z, region
     return None
 
