@@ -32,7 +32,7 @@ class AirwaysParams:
 
 
 SPECK_CM2 = 0.3  # air regions smaller than this (a few coarse voxels) are specks of noise, not air spaces
-TUBE_SLICES = 3  # the trachea's seed goes on below as one trachea-like region through this many slices
+TUBE_SLICES = 3  # the trachea's seed goes on below, as tracking follows it, through this many slices
 
 
 def _trachea_like(air: np.ndarray, spacing_xyz: tuple[float, float, float]) -> tuple[list[np.ndarray], int]:
@@ -58,11 +58,13 @@ def _trachea_like(air: np.ndarray, spacing_xyz: tuple[float, float, float]) -> t
 def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]) -> tuple[int, np.ndarray] | None:
     """The trachea's highest slice: the highest slice holding a small, round air region near
     the left-right middle of the body's air (area 0.7 - 8 cm^2) with at most one other air
-    region beside it (the esophagus; above the lung apices), that goes on below as one such
-    region through :data:`TUBE_SLICES` slices (a tube). Specks of air under
+    region beside it (the esophagus; above the lung apices), that goes on below through
+    :data:`TUBE_SLICES` slices as one or two air regions (the main bronchi below the carina) of
+    8 cm^2 at most together (a tube, as :func:`track_airways` follows it). Specks of air under
     :data:`SPECK_CM2` (noise, the corners of a coarse matrix) do not count as other air; the
     lung apices and a lung's air broken up by its vessels do. Returns (z index, 2D mask)."""
     nz = candidates.shape[0]
+    pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
     for z in range(nz - 1, TUBE_SLICES - 2, -1):  # LPS: high z is superior
         regions, count = _trachea_like(candidates[z], spacing_xyz)
         if count > 2:
@@ -70,11 +72,11 @@ def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]
         for region in regions:
             below = region
             for k in range(1, TUBE_SLICES):
-                reach = ndimage.binary_dilation(below, structure=CROSS2)
-                on = [r for r in _trachea_like(candidates[z - k], spacing_xyz)[0] if (r & reach).any()]
-                if len(on) != 1:
+                labels, _ = ndimage.label(candidates[z - k], structure=CROSS2)
+                on = np.unique(labels[ndimage.binary_dilation(below, structure=CROSS2) & (labels > 0)])
+                below = np.isin(labels, on)
+                if not 1 <= on.size <= 2 or below.sum() * pixel_cm2 > 8.0:  # the trachea, or its two main bronchi
                     break
-                below = on[0]
             else:
                 return z, region
     return None
