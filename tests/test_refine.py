@@ -756,6 +756,11 @@ def test_trachea_seed_ignores_specks_and_needs_a_tube() -> None:
     pocket = np.zeros_like(air)
     pocket[:2, tube] = True  # round gas in the last two slices only: no tube
     assert trachea_seed(pocket, (4.0, 4.0, 4.0)) is None
+    carina = np.zeros_like(air)
+    carina[nz - 1, tube] = True  # the view's top slice just above the carina: the main bronchi below
+    carina[: nz - 1, 29:32, 27:30] = carina[: nz - 1, 29:32, 34:37] = True
+    seed = trachea_seed(carina, (4.0, 4.0, 4.0))
+    assert seed is not None and seed[0] == nz - 1
 
 
 def test_track_airways_stops_at_fragmented_dark_parenchyma() -> None:
