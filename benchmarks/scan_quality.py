@@ -78,19 +78,15 @@ def variant(image: sitk.Image, name: str, seed: int = 0) -> sitk.Image:
     return out
 
 
-def _dice(a: np.ndarray, b: np.ndarray) -> float:
-    s = int(a.sum()) + int(b.sum())
-    return 1.0 if s == 0 else 2.0 * int((a & b).sum()) / s
-
-
 def score(mask: sitk.Image, ref: np.ndarray, image: sitk.Image) -> dict[str, Any]:
     """Per lung Dice of ``mask`` (on any grid; resampled onto ``image``'s) against the ``(z, y, x)``
     reference ``ref`` on ``image``'s grid, and the lung found outside it / left out of it (mL)."""
     from segpipe import spatial
+    from segpipe.metrics import dice
 
     m = sitk.GetArrayFromImage(spatial.resample_to_reference(mask, image, interpolator=sitk.sitkNearestNeighbor))
     ml = spatial.voxel_volume_ml(image)
-    return {"dice": [round(_dice(m == v, ref == v), 4) for v in (1, 2)],
+    return {"dice": [round(dice(m == v, ref == v), 4) for v in (1, 2)],
             "outside_ml": round(float(np.count_nonzero((m > 0) & (ref == 0))) * ml, 1),
             "left_out_ml": round(float(np.count_nonzero((m == 0) & (ref > 0))) * ml, 1)}
 
