@@ -11,13 +11,18 @@ Variants (seeded, the same on every run; the scanner's padding below -1024 HU is
 - ``smooth``: a soft kernel: Gaussian blur of 1.5 mm in-plane;
 - ``thick2x``, ``thick3x``: slices two or three times as thick (the mean of 2 or 3 neighbouring
   slices, a thick reconstruction);
-- ``matrix256``: half the in-plane matrix (the mean of 2 x 2 pixels: 1.4 mm pixels for LIDC).
+- ``matrix256``: half the in-plane matrix (the mean of 2 x 2 pixels: 1.4 mm pixels for LIDC);
+- ``body50``, ``body70``, ``body130``: a smaller or larger patient (a child, a large adult): the
+  same voxels with the spacing and the origin scaled to 50 / 70 / 130 % (lungs of an eighth, a
+  third and 2.2 times the volume; the scanner's centre, x = 0, stays where it was). A first-order
+  proxy only: a child's heart and thymus are larger for its chest than an adult's.
 
 Scored per lung: Dice against the reference, the lung found outside it (mL) and the lung of it
 left out (mL). A variant on another grid is scored on the scan's own grid (its mask resampled
-there, nearest neighbour). References: LIDC-IDRI-0001 (no lung mask) against the same model's
-mask of the scan as it is; COPDGene (4 mm: noise variants only) against its reference labels
-and against the model's mask.
+there, nearest neighbour); a ``body`` variant voxel for voxel (its mL are the smaller or larger
+patient's). References: LIDC-IDRI-0001 (no lung mask) against the same model's mask of the scan
+as it is; COPDGene (4 mm: the noise and body variants only) against its reference labels and
+against the model's mask.
 
 Usage::
 
@@ -38,8 +43,9 @@ from scipy import ndimage
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
-VARIANTS = ("noise40", "noise80", "noise150", "sharp1", "sharp2", "smooth", "thick2x", "thick3x", "matrix256")
-SAME_GRID = ("noise40", "noise80", "noise150")  # the only variants of a 4 mm scan (COPDGene)
+VARIANTS = ("noise40", "noise80", "noise150", "sharp1", "sharp2", "smooth", "thick2x", "thick3x", "matrix256",
+            "body50", "body70", "body130")
+SAME_GRID = ("noise40", "noise80", "noise150", "body50", "body70", "body130")  # the variants of a 4 mm scan (COPDGene)
 PADDING_HU = -1024.0  # values below are the scanner's padding: left as they are
 
 
@@ -63,6 +69,12 @@ def variant(image: sitk.Image, name: str, seed: int = 0) -> sitk.Image:
         return sitk.BinShrink(sitk.Cast(image, sitk.sitkFloat32), [1, 1, int(name[5])])
     if name == "matrix256":
         return sitk.BinShrink(sitk.Cast(image, sitk.sitkFloat32), [2, 2, 1])
+    if name.startswith("body"):
+        f = int(name[4:]) / 100.0
+        out = sitk.Image(image)
+        out.SetSpacing([v * f for v in image.GetSpacing()])
+        out.SetOrigin([v * f for v in image.GetOrigin()])
+        return out
     a = sitk.GetArrayFromImage(image).astype(np.float32)
     sp = image.GetSpacing()
     rng = np.random.default_rng(seed)
@@ -127,9 +139,11 @@ def main() -> int:
             refs = {"labels": sitk.GetArrayFromImage(io.read_image(labels)), **refs}
         for v in [v for v in variants if v in wanted]:
             start = time.perf_counter()
-            result = seg.predict_with_report(variant(image, v))
+            scanned = variant(image, v)
+            result = seg.predict_with_report(scanned)
+            grid = scanned if v.startswith("body") else image  # a body variant: the same voxels, its own mL
             for ref_name, ref in refs.items():
-                row = {"case": name, "variant": v, "reference": ref_name, **score(result.label, ref, image),
+                row = {"case": name, "variant": v, "reference": ref_name, **score(result.label, ref, grid),
                        "seconds": round(time.perf_counter() - start, 1), "warnings": result.report["warnings"]}
                 rows.append(row)
                 print(f"{name:<16} {v:<10} vs {ref_name:<8} Dice {row['dice'][0]:.4f} / {row['dice'][1]:.4f}  "
