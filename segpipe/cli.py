@@ -188,6 +188,7 @@ def _segmenter(args: argparse.Namespace) -> object:
         opts["min_lung_ml"] = min_lung
     if cfg.sw_batch_size is not None:
         opts["sw_batch_size"] = cfg.sw_batch_size
+    infer.import_monai_lean()  # this process uses MONAI only through segpipe
     return infer.LungSegmenter.from_file(args.model, **opts) if args.model else infer.LungSegmenter.default(**opts)
 
 

@@ -11,6 +11,6 @@ from __future__ import annotations
 
 from segpipe.infer.batch import Job, plan_jobs, run_jobs, segment_job
 from segpipe.infer.segmenter import LungSegmenter, Prediction
-from segpipe.infer.settings import MIN_LUNG_ML
+from segpipe.infer.settings import MIN_LUNG_ML, import_monai_lean
 
-__all__ = ["LungSegmenter", "Prediction", "Job", "plan_jobs", "run_jobs", "segment_job", "MIN_LUNG_ML"]
+__all__ = ["LungSegmenter", "Prediction", "Job", "plan_jobs", "run_jobs", "segment_job", "MIN_LUNG_ML", "import_monai_lean"]
