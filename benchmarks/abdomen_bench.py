@@ -23,12 +23,9 @@ from typing import Any
 import numpy as np
 import SimpleITK as sitk
 
+from segpipe.metrics import dice
+
 SLICES_MM = (1.0, 2.0, 3.0, 5.0)
-
-
-def _dice(a: np.ndarray, b: np.ndarray) -> float:
-    s = int(a.sum()) + int(b.sum())
-    return 1.0 if s == 0 else 2.0 * int((a & b).sum()) / s
 
 
 def case(seed: int) -> Any:
@@ -51,7 +48,7 @@ def score(pred: np.ndarray, ph: Any) -> dict[str, Any]:
     for side, v in (("right", 1), ("left", 2)):
         r, p = ref == v, pred == v
         row[side] = {"ref_ml": round(float(r.sum()) * ml, 1), "found_ml": round(float(p.sum()) * ml, 1),
-                     "dice": round(_dice(p, r), 4) if r.sum() * ml >= 1.0 else None}
+                     "dice": round(dice(p, r), 4) if r.sum() * ml >= 1.0 else None}
     wrong = (pred > 0) & (ref == 0)
     row["non_lung_ml"] = round(float(wrong.sum()) * ml, 1)
     for name in ("bowel_gas", "bowel", "table"):
@@ -82,9 +79,10 @@ def main() -> int:
               f"(gas {row['in_bowel_gas_ml']}, bowel {row['in_bowel_ml']}, table {row['in_table_ml']})", flush=True)
     summary: dict[str, Any] = {"max_non_lung_ml": max(r["non_lung_ml"] for r in rows)}
     for least in (1.0, 20.0):  # every lung of at least 1 mL; the bases of at least 20 mL
-        dice = [r[s]["dice"] for r in rows for s in ("right", "left") if r[s]["dice"] is not None and r[s]["ref_ml"] >= least]
-        summary[f"{least:g}ml"] = {"lungs": len(dice), "mean_dice": round(float(np.mean(dice)), 4) if dice else None,
-                                   "worst_dice": round(float(np.min(dice)), 4) if dice else None, "lost": sum(d < 0.1 for d in dice)}
+        per_lung = [r[s]["dice"] for r in rows for s in ("right", "left") if r[s]["dice"] is not None and r[s]["ref_ml"] >= least]
+        summary[f"{least:g}ml"] = {"lungs": len(per_lung), "mean_dice": round(float(np.mean(per_lung)), 4) if per_lung else None,
+                                   "worst_dice": round(float(np.min(per_lung)), 4) if per_lung else None,
+                                   "lost": sum(d < 0.1 for d in per_lung)}
     print("summary", json.dumps(summary))
     if args.json:
         with open(args.json, "w") as f:

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from segpipe.metrics import dice
+
 ROOT = Path(__file__).resolve().parent.parent
 CHEST = ROOT / "data_samples" / "chest_512" / "imagesTr" / "phantom_000.nii.gz"
 
@@ -48,11 +50,6 @@ def _median_time(fn: Any, repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return float(np.median(times))
-
-
-def _dice(a: np.ndarray, b: np.ndarray) -> float:
-    s = int(a.sum()) + int(b.sum())
-    return 1.0 if s == 0 else 2.0 * int((a & b).sum()) / s
 
 
 def bench_stage(name: str, header: Any, weights: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -126,7 +123,7 @@ def bench_stage(name: str, header: Any, weights: dict[str, Any], args: argparse.
     for backend, logits in results.items():
         if backend != "torch":
             out[backend]["speedup"] = round(base / out[backend]["seconds"], 2)
-            out[backend]["dice_vs_torch"] = round(_dice(np.asarray(logits).argmax(1) != 0, ref_mask), 5)
+            out[backend]["dice_vs_torch"] = round(dice(np.asarray(logits).argmax(1) != 0, ref_mask), 5)
     return out
 
 

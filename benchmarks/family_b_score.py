@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import SimpleITK as sitk
 
+from segpipe.metrics import dice
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
@@ -41,11 +43,6 @@ def _table_ml(outside: sitk.Image, mattress_top_y_mm: float) -> float:
     y = lps.GetOrigin()[1] + lps.GetSpacing()[1] * np.arange(lps.GetSize()[1])
     arr = sitk.GetArrayViewFromImage(lps)
     return float(arr[:, y >= mattress_top_y_mm, :].sum()) * float(np.prod(lps.GetSpacing())) / 1000.0
-
-
-def _dice(a: np.ndarray, b: np.ndarray) -> float:
-    s = int(a.sum()) + int(b.sum())
-    return 1.0 if s == 0 else 2.0 * int((a & b).sum()) / s
 
 
 def _segmenter(spec: str) -> Any:
@@ -114,7 +111,7 @@ def main() -> int:
             outside = ((pred > 0) & (ref == 0)).astype(np.uint8)
             table = sitk.GetImageFromArray(outside)
             table.CopyInformation(image)
-            row[name] = {"dice": [round(_dice(pred == v, ref == v), 4) if (ref == v).any() else None for v in (1, 2)],
+            row[name] = {"dice": [round(dice(pred == v, ref == v), 4) if (ref == v).any() else None for v in (1, 2)],
                          "hd95_mm": [round(float(hd95[side]), 1) if (ref == v).any() else None for side, v in (("right", 1), ("left", 2))],
                          "non_lung_ml": round(float(outside.sum()) * ml, 1),
                          "table_ml": round(_table_ml(table, info["mattress_top_y_mm"]), 1),

@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 import SimpleITK as sitk
 
+from segpipe.metrics import dice
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
 CROPS = ("cardiac", "apex", "bases", "inplane70", "inplane70_circle2048", "inplane70_circle1024", "cardiac_circle1024",
@@ -141,11 +143,6 @@ def _axial_picture(image: sitk.Image, label: sitk.Image, path: Path, title: str)
     plt.close(fig)
 
 
-def _dice(a: np.ndarray, b: np.ndarray) -> float:
-    s = int(a.sum()) + int(b.sum())
-    return 1.0 if s == 0 else 2.0 * int((a & b).sum()) / s
-
-
 def crop_of(canonical: sitk.Image, ref_a: np.ndarray, crop: str) -> tuple[sitk.Image, np.ndarray]:
     """The ``crop`` of a canonical scan and of its whole-scan mask ``ref_a`` (``(z, y, x)``):
     the cut image (with the scanner's circle and padding for a ``_circle`` crop) and the mask
@@ -232,7 +229,7 @@ def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None, q
                 continue
             rows.append({"case": name, "crop": crop, "lung": side, "ref_ml": round(ref_ml, 1),
                          "pred_ml": round(float((pred == value).sum()) * voxel_ml, 1),
-                         "dice": round(_dice(pred == value, r == value), 4),
+                         "dice": round(dice(pred == value, r == value), 4),
                          "extra_ml": round(float(((pred == value) & (r != value)).sum()) * voxel_ml, 1),
                          "seconds": round(time.perf_counter() - t, 2), "warnings": result.report["warnings"]})
     return rows

@@ -31,14 +31,11 @@ from typing import Any
 import numpy as np
 import SimpleITK as sitk
 
+from segpipe.metrics import dice
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SWITCHABLE = ("dense_lung", "dense_to_wall", "pleural_air", "airways", "fat", "edge_snap")
-
-
-def _dice(a: np.ndarray, b: np.ndarray) -> float:
-    s = int(a.sum()) + int(b.sum())
-    return 1.0 if s == 0 else 2.0 * int((a & b).sum()) / s
 
 
 def _cases(args: argparse.Namespace) -> dict[str, list[tuple[str, sitk.Image, sitk.Image | None]]]:
@@ -109,7 +106,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                          "rules": {k: (v["added_ml"], v["removed_ml"]) for k, v in result.report["rules"].items()}}
                 if ref_a is not None:
                     refs = [(pred == v, ref_a == v) for v in (1, 2)]
-                    entry["dice"] = [round(_dice(p, r), 4) for p, r in refs if r.any() and r.sum() * voxel_ml >= min_ml]
+                    entry["dice"] = [round(dice(p, r), 4) for p, r in refs if r.any() and r.sum() * voxel_ml >= min_ml]
                 row[key] = entry
             if ref_a is not None:  # what each rule itself changed, against the reference
                 for rule in SWITCHABLE:
