@@ -1,9 +1,10 @@
 """The bundled network on other coarse grids: family B chest scans (development seeds) cut as the
 lowest 1.5 / 2.5 / 4 cm of lung with 15 cm below and the top 2 cm with 6 cm above; per lung of
-5 mL or more: ``coarse_mm.py FIRST END 4/4/4,3/3/3``."""
+5 mL or more: ``coarse_mm.py FIRST END 4/4/4,3/3/3`` (``MODEL=FILE``: another model than the bundled one)."""
 
 import dataclasses
 import json
+import os
 import sys
 
 import numpy as np
@@ -19,7 +20,7 @@ from segpipe import LungSegmenter, spatial
 KINDS = (("bases", 1.5, 15), ("bases", 2.5, 15), ("bases", 4, 15), ("apex", 2, 6))
 models = {}
 for spec in sys.argv[3].split(","):
-    seg = LungSegmenter.default()
+    seg = LungSegmenter.from_file(os.environ["MODEL"]) if os.environ.get("MODEL") else LungSegmenter.default()
     seg.settings = dataclasses.replace(seg.settings, coarse_mm=tuple(float(v) for v in spec.split("/")))
     models[spec] = seg
 rows = []
