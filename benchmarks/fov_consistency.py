@@ -35,6 +35,7 @@ found there (mL) should be none, or a sliver of a base.
 Usage::
 
     python benchmarks/fov_consistency.py [--phantoms 4] [--seed-base 930000] [--json out.json] [--no-rule NAME] [--qc DIR]
+        [--random N --random-seed S] [--shift-x MM]
     python benchmarks/fov_consistency.py --phantoms 0 --random 40 [--random-seed 0] [--json out.json]
 """
 
@@ -235,6 +236,13 @@ def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None, q
     return rows
 
 
+def shifted(image: sitk.Image, shift_x_mm: float) -> sitk.Image:
+    """A copy of ``image`` moved ``shift_x_mm`` along physical x (its voxels unchanged)."""
+    out = sitk.Image(image)
+    out.SetOrigin((image.GetOrigin()[0] + shift_x_mm, *image.GetOrigin()[1:]))
+    return out
+
+
 def cases(n_phantoms: int, seed_base: int) -> list[tuple[str, sitk.Image, sitk.Image | None]]:
     from segpipe import io
     from segpipe.synthetic import make_phantom, sample_spec
@@ -294,6 +302,8 @@ def main() -> int:
     p.add_argument("--random", type=int, default=0, metavar="N", help="score N random crops per case instead of the named ones")
     p.add_argument("--random-seed", type=int, default=0, help="seed of the random crops (default 0)")
     p.add_argument("--qc", type=Path, metavar="DIR", help="write a QC picture of every crop's mask (and of the abdomen slab) here")
+    p.add_argument("--shift-x", type=float, default=0.0, metavar="MM",
+                   help="move every case (scan and reference) this far along physical x: a patient off the scanner's centre")
     args = p.parse_args()
     from segpipe import LungSegmenter
 
@@ -305,6 +315,8 @@ def main() -> int:
     for name, image, ref in cases(args.phantoms, args.seed_base):
         if args.only and name not in args.only.split(","):
             continue
+        if args.shift_x:
+            image, ref = shifted(image, args.shift_x), None if ref is None else shifted(ref, args.shift_x)
         got = score_case(seg, name, image, ref, args.qc, args.random, args.random_seed)
         for r in got:
             if "dice" not in r:
