@@ -10,7 +10,7 @@ import pytest
 import SimpleITK as sitk
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
-from fov_consistency import CROPS, crop_of, outside_circle, random_crop  # noqa: E402
+from fov_consistency import CROPS, crop_of, outside_circle, random_crop, shifted  # noqa: E402
 
 
 def _two_lungs(spacing_xyz: tuple[float, float, float]) -> tuple[np.ndarray, np.ndarray, sitk.Image]:
@@ -60,6 +60,16 @@ def test_random_crops_cut_scan_and_mask_alike_and_repeat_with_their_seed() -> No
         if "circle" in desc:
             assert (a[:, outside_circle(img)] == float(desc.split("circle ")[1])).all()
     assert kinds == {"slab", "window", "box"}
+
+
+def test_shifted_moves_a_copy_along_x_only() -> None:
+    hu, _, image = _two_lungs((2.0, 2.0, 3.0))
+    image.SetOrigin((-100.0, -80.0, 40.0))
+    moved = shifted(image, -60.0)
+    assert moved.GetOrigin() == pytest.approx((-160.0, -80.0, 40.0))
+    assert image.GetOrigin() == pytest.approx((-100.0, -80.0, 40.0))  # the case itself is left as it was
+    assert moved.GetSpacing() == image.GetSpacing() and moved.GetDirection() == image.GetDirection()
+    assert np.array_equal(sitk.GetArrayViewFromImage(moved), hu)
 
 
 def test_summary_counts_the_lost_lungs_that_went_to_the_other_side() -> None:
