@@ -35,7 +35,7 @@ found there (mL) should be none, or a sliver of a base.
 Usage::
 
     python benchmarks/fov_consistency.py [--phantoms 4] [--seed-base 930000] [--json out.json] [--no-rule NAME] [--qc DIR]
-        [--random N --random-seed S] [--shift-x MM]
+        [--random N --random-seed S] [--shift-x MM] [--rule-param NAME.KEY=VALUE]
     python benchmarks/fov_consistency.py --phantoms 0 --random 40 [--random-seed 0] [--json out.json]
 """
 
@@ -297,6 +297,8 @@ def main() -> int:
     p.add_argument("--seed-base", type=int, default=930_000, help="first phantom seed (default 930000)")
     p.add_argument("--model", help="model file (default: the bundled model)")
     p.add_argument("--no-rule", action="append", default=[], metavar="NAME", help="switch a rule off (repeatable)")
+    p.add_argument("--rule-param", action="append", default=[], metavar="NAME.KEY=VALUE",
+                   help="set a rule's parameter (YAML value; repeatable), e.g. sides.spine=false")
     p.add_argument("--json", help="write rows and summary here")
     p.add_argument("--only", help="comma-separated case names")
     p.add_argument("--random", type=int, default=0, metavar="N", help="score N random crops per case instead of the named ones")
@@ -305,9 +307,17 @@ def main() -> int:
     p.add_argument("--shift-x", type=float, default=0.0, metavar="MM",
                    help="move every case (scan and reference) this far along physical x: a patient off the scanner's centre")
     args = p.parse_args()
+    import yaml
+
     from segpipe import LungSegmenter
 
-    rules = {name: False for name in args.no_rule}
+    rules: dict[str, Any] = {name: False for name in args.no_rule}
+    for item in args.rule_param:
+        key, _, value = item.partition("=")
+        name, _, param = key.partition(".")
+        if not (name and param and value):
+            p.error(f"--rule-param: expected NAME.KEY=VALUE, got {item!r}")
+        rules.setdefault(name, {})[param] = yaml.safe_load(value)
     seg = LungSegmenter.from_file(args.model, rules=rules) if args.model else LungSegmenter.default(rules=rules)
     if args.qc is not None:
         args.qc.mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,7 @@ from segpipe.refine import (
 from segpipe.refine._util import FULL, component_sizes, label, on_faces
 from segpipe.refine.body import BodyParams
 from segpipe.refine.sides import AERATED_HU, FLANK_REACH_MM, WEAK_CUES
+from segpipe.refine.spine import part_at_spine, spine_x
 
 __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
@@ -376,11 +377,16 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
                             side_of=lambda piece: piece_side(piece, midline_x, left_vote), inside=body, edge=edge)
     outside = air & ~slack if edge is None else air & ~slack & ~edge  # the air beyond the skin, not the scanner's padding
     cues: list[str] = []
+    view_side = body_cut_side(body, edge)
     sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote,
-                        view_side=body_cut_side(body, edge), outside=outside,
+                        view_side=view_side, outside=outside,
                         flank_reach=int(round(FLANK_REACH_MM / coarse_img.GetSpacing()[0])),
                         aerated=hu < AERATED_HU, min_lung=int(round(s.min_lung_ml / voxel_ml)),
                         centre_x=spatial.centre_x_index(coarse_img) if s.rules.sides.scanner_centre else None, cues=cues)
+    spine = spine_x(hu, coarse_img.GetSpacing(), body) if s.rules.sides.spine and view_side else None
+    parted_ml = 0.0
+    if spine is not None:
+        sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml)
     sides = join_cut_pieces(found, sides, midline_x, left_vote)
     for value in (1, 2):
         side = sides == value
@@ -405,4 +411,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     warnings = [] if boxes else ["no lung found: the scan may not include the chest; the mask is empty"]
     if len(boxes) == 1 and cues and cues[0] in WEAK_CUES:
         warnings.append(f"one lung in a view that cuts the body, named {' and '.join(boxes)} from {cues[0]}: check its side")
+    if parted_ml:
+        warnings.append(f"gave {parted_ml:.0f} mL of a find beyond the spine to the other lung (the network's side vote agrees; "
+                        "the view cuts the body): check the sides")
     return result, warnings

@@ -30,10 +30,15 @@ class SidesParams:
             (physical x = 0) on which nine tenths of it lie (:func:`centre_side`); a single
             find that the vote parts into two lungs but that lies wholly on one side of it is one
             lung of that side (:func:`beyond_centre`).
+        spine: in a view that cuts the body, the part of a find beyond the spine (the body's
+            midline, :func:`segpipe.refine.spine.spine_x`) goes to that side where the network's
+            vote agrees (:func:`segpipe.refine.spine.part_at_spine`): a strip of one lung joined
+            to the other where they meet in front.
     """
 
     min_fraction: float = 0.15
     scanner_centre: bool = True
+    spine: bool = True
 
 
 COLUMN_SEARCH = 0.15  # the thinnest column is looked for within this share of the extent each side of its middle

@@ -1,0 +1,85 @@
+"""The spine as the body's midline in a view that cuts the body (part of the ``sides`` step).
+
+Where the field of view cuts the body, its middle is not the body's, and a find of the coarse
+stage can hold one lung and a strip of the other, joined where they meet in front; the network's
+side vote on such a strip is often right where the geometry of the view cannot tell. The spine
+lies at the body's midline wherever the view shows it, wherever the patient lies on the table:
+:func:`spine_x` finds it on the coarse grid, and :func:`part_at_spine` gives the part of a find
+beyond it to the other side where the network's vote agrees. Both cues must agree: the spine
+alone would cut lungs that reach across its line, the vote alone splits single lungs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import ndimage
+
+from segpipe.refine._util import label
+
+__all__ = ["spine_x", "part_at_spine", "SPINE_BONE_HU", "SPINE_MIN_ML"]
+
+SPINE_BONE_HU = 200.0  # bone on the 4 mm grid (a contrast-filled aorta can pass 150 HU there)
+SPINE_CM2 = (5.0, 40.0)  # a vertebra's cross-section with its arch; a rib or a sternum's edge is smaller
+SPINE_EXTENT_CM = (8.0, 10.0)  # at most this wide (x) and tall (y): not a scapula's or the pelvis's sweep
+SPINE_SLICES = 0.25  # the spine is found where this share of the slices shows it
+SPINE_MIN_ML = 20.0  # a part of a find beyond the spine smaller than this stays with the find
+SPINE_VOTE = 0.75  # the share of that part that the network must vote the other side
+
+
+def spine_x(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], body: np.ndarray, bone_hu: float = SPINE_BONE_HU) -> float | None:
+    """The spine's x index in a canonical ``(z, y, x)`` HU array (the coarse grid), or ``None``.
+
+    Per axial slice the largest region of bone (above ``bone_hu``, inside ``body``) of
+    :data:`SPINE_CM2` and at most :data:`SPINE_EXTENT_CM` in the body's posterior half (canonical
+    LPS: high y); the median of its centroid's x over the slices, where at least
+    :data:`SPINE_SLICES` of them (and two) have one."""
+    pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
+    xs = []
+    for z in range(hu_zyx.shape[0]):
+        rows = np.flatnonzero(body[z].any(axis=1))
+        if rows.size == 0:
+            continue
+        labels, n = ndimage.label((hu_zyx[z] > bone_hu) & body[z], structure=np.ones((3, 3), bool))
+        posterior = (rows[0] + rows[-1]) / 2.0
+        best: tuple[float, float] | None = None
+        for k, box in enumerate(ndimage.find_objects(labels), 1):
+            piece = labels[box] == k
+            area = float(piece.sum()) * pixel_cm2
+            wide = (box[1].stop - box[1].start) * spacing_xyz[0] / 10.0
+            tall = (box[0].stop - box[0].start) * spacing_xyz[1] / 10.0
+            if not (SPINE_CM2[0] <= area <= SPINE_CM2[1] and wide <= SPINE_EXTENT_CM[0] and tall <= SPINE_EXTENT_CM[1]):
+                continue
+            cy, cx = ndimage.center_of_mass(piece)
+            if cy + box[0].start >= posterior and (best is None or area > best[0]):
+                best = (area, cx + box[1].start)
+        if best is not None:
+            xs.append(best[1])
+    return float(np.median(xs)) if len(xs) >= max(2, SPINE_SLICES * hu_zyx.shape[0]) else None
+
+
+def part_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote: np.ndarray,
+                  voxel_ml: float) -> tuple[np.ndarray, float]:
+    """``sides`` (1 right, 2 left) with, per connected find of ``found`` that the side split gave
+    one side (less than :data:`SPINE_MIN_ML` of the other), the part of it beyond the spine's x
+    index ``spine`` (on the side that holds less of the find) given to that side, where it holds
+    :data:`SPINE_MIN_ML` or more and the network's ``left_vote`` puts :data:`SPINE_VOTE` of it
+    there; returns the new sides and the mL given."""
+    out = sides.copy()
+    labels, n = label(found)
+    on_left = np.arange(found.shape[2])[None, None, :] > spine  # canonical LPS: x grows to the patient's left
+    moved = 0
+    for k in range(1, n + 1):
+        piece = labels == k
+        if min(np.count_nonzero(piece & (sides == 1)), np.count_nonzero(piece & (sides == 2))) * voxel_ml >= SPINE_MIN_ML:
+            continue  # the side split has parted this find into two lungs already
+        left = piece & on_left
+        side = 2 if 2 * np.count_nonzero(left) < np.count_nonzero(piece) else 1
+        beyond = left if side == 2 else piece & ~on_left
+        if np.count_nonzero(beyond) * voxel_ml < SPINE_MIN_ML:
+            continue
+        vote = float(left_vote[beyond].mean())
+        if (vote if side == 2 else 1.0 - vote) >= SPINE_VOTE:
+            change = beyond & (sides > 0) & (sides != side)
+            out[change] = side
+            moved += int(np.count_nonzero(change))
+    return out, moved * voxel_ml

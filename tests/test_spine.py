@@ -1,0 +1,70 @@
+"""The spine as the midline of a view that cuts the body (segpipe.refine.spine)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from segpipe.refine.spine import SPINE_MIN_ML, part_at_spine, spine_x
+
+SPACING = (4.0, 4.0, 4.0)
+VOXEL_ML = 0.064
+
+
+def _chest(spine_at: int | None = 30, rib: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """A 4 mm canonical (z, y, x) slab of soft tissue (40 HU) with a vertebra (400 HU, 3.6 x 3.2 cm)
+    in the posterior half at x index ``spine_at``, and a thin rib (a 1 x 8 voxel bar) in front."""
+    hu = np.full((12, 60, 70), 40.0, np.float32)
+    body = np.ones(hu.shape, bool)
+    if spine_at is not None:
+        hu[:, 40:48, spine_at - 4:spine_at + 5] = 400.0
+    if rib:
+        hu[:, 12, 10:18] = 400.0
+    return hu, body
+
+
+def test_spine_x_is_the_vertebra_not_a_rib() -> None:
+    hu, body = _chest(spine_at=30)
+    assert spine_x(hu, SPACING, body) == pytest.approx(30.0)
+
+
+def test_spine_x_ignores_bone_in_front_and_needs_a_quarter_of_the_slices() -> None:
+    hu, body = _chest(spine_at=None)
+    hu[:, 5:13, 26:35] = 400.0  # as large as a vertebra, but in the body's anterior half (a sternum's place)
+    assert spine_x(hu, SPACING, body) is None
+    hu, body = _chest(spine_at=30)
+    hu[2:, 40:48, 26:35] = 40.0  # the vertebra in 2 of 12 slices only
+    assert spine_x(hu, SPACING, body) is None
+
+
+def _joined(strip_vote_left: float, strip_x: tuple[int, int] = (18, 30)) -> tuple[np.ndarray, ...]:
+    """One find: a left lung (x 30-60) joined to a strip of the right lung (``strip_x``), all named
+    left; the network's vote on the strip ``strip_vote_left`` (share voting left), left elsewhere."""
+    found = np.zeros((12, 40, 70), bool)
+    found[:, 5:35, 30:60] = True
+    found[:, 5:20, strip_x[0]:strip_x[1]] = True
+    sides = np.where(found, 2, 0).astype(np.uint8)
+    vote = found.copy()
+    strip = np.zeros(found.shape, bool)
+    strip[:, 5:20, strip_x[0]:strip_x[1]] = True
+    rng = np.random.default_rng(0)
+    vote[strip] = rng.random(int(strip.sum())) < strip_vote_left
+    return found, sides, vote, strip
+
+
+def test_a_strip_beyond_the_spine_goes_to_the_other_side_where_the_vote_agrees() -> None:
+    found, sides, vote, strip = _joined(strip_vote_left=0.05)
+    out, moved = part_at_spine(found, sides, 29.5, vote, VOXEL_ML)
+    assert (out[strip] == 1).all() and (out[found & ~strip] == 2).all()
+    assert moved == pytest.approx(strip.sum() * VOXEL_ML)
+    assert (sides[strip] == 2).all()  # the input is left as it was
+
+
+def test_the_strip_stays_where_the_vote_does_not_agree_or_it_is_small() -> None:
+    found, sides, vote, _ = _joined(strip_vote_left=0.6)  # the network calls much of it left: a lung across the line
+    out, moved = part_at_spine(found, sides, 29.5, vote, VOXEL_ML)
+    assert np.array_equal(out, sides) and moved == 0
+    found, sides, vote, strip = _joined(strip_vote_left=0.0, strip_x=(29, 30))  # one column: under SPINE_MIN_ML
+    assert strip.sum() * VOXEL_ML < SPINE_MIN_ML
+    out, moved = part_at_spine(found, sides, 29.5, vote, VOXEL_ML)
+    assert np.array_equal(out, sides) and moved == 0
