@@ -307,17 +307,14 @@ def main() -> int:
     p.add_argument("--shift-x", type=float, default=0.0, metavar="MM",
                    help="move every case (scan and reference) this far along physical x: a patient off the scanner's centre")
     args = p.parse_args()
-    import yaml
-
     from segpipe import LungSegmenter
+    from segpipe.cli import _rule_changes  # the command's own --no-rule / --rule-param reading
+    from segpipe.errors import ConfigError
 
-    rules: dict[str, Any] = {name: False for name in args.no_rule}
-    for item in args.rule_param:
-        key, _, value = item.partition("=")
-        name, _, param = key.partition(".")
-        if not (name and param and value):
-            p.error(f"--rule-param: expected NAME.KEY=VALUE, got {item!r}")
-        rules.setdefault(name, {})[param] = yaml.safe_load(value)
+    try:
+        rules = _rule_changes(argparse.Namespace(rule=[], no_rule=args.no_rule, rule_param=args.rule_param), {})
+    except ConfigError as err:
+        p.error(str(err))
     seg = LungSegmenter.from_file(args.model, rules=rules) if args.model else LungSegmenter.default(rules=rules)
     if args.qc is not None:
         args.qc.mkdir(parents=True, exist_ok=True)

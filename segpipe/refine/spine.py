@@ -15,6 +15,7 @@ import numpy as np
 from scipy import ndimage
 
 from segpipe.refine._util import label
+from segpipe.refine.sides import CLEAR_VOTE
 
 __all__ = ["spine_x", "part_at_spine", "SPINE_BONE_HU", "SPINE_MIN_ML"]
 
@@ -23,7 +24,6 @@ SPINE_CM2 = (5.0, 40.0)  # a vertebra's cross-section with its arch; a rib or a 
 SPINE_EXTENT_CM = (8.0, 10.0)  # at most this wide (x) and tall (y): not a scapula's or the pelvis's sweep
 SPINE_SLICES = 0.25  # the spine is found where this share of the slices shows it
 SPINE_MIN_ML = 20.0  # a part of a find beyond the spine smaller than this stays with the find
-SPINE_VOTE = 0.75  # the share of that part that the network must vote the other side
 
 
 def spine_x(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], body: np.ndarray, bone_hu: float = SPINE_BONE_HU) -> float | None:
@@ -62,7 +62,7 @@ def part_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote:
     """``sides`` (1 right, 2 left) with, per connected find of ``found`` that the side split gave
     one side (less than :data:`SPINE_MIN_ML` of the other), the part of it beyond the spine's x
     index ``spine`` (on the side that holds less of the find) given to that side, where it holds
-    :data:`SPINE_MIN_ML` or more and the network's ``left_vote`` puts :data:`SPINE_VOTE` of it
+    :data:`SPINE_MIN_ML` or more and the network's ``left_vote`` puts :data:`segpipe.refine.sides.CLEAR_VOTE` of it
     there; returns the new sides and the mL given."""
     out = sides.copy()
     labels, n = label(found)
@@ -78,7 +78,7 @@ def part_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote:
         if np.count_nonzero(beyond) * voxel_ml < SPINE_MIN_ML:
             continue
         vote = float(left_vote[beyond].mean())
-        if (vote if side == 2 else 1.0 - vote) >= SPINE_VOTE:
+        if (vote if side == 2 else 1.0 - vote) >= CLEAR_VOTE:
             change = beyond & (sides > 0) & (sides != side)
             out[change] = side
             moved += int(np.count_nonzero(change))
