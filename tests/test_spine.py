@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from segpipe.refine.sides import split_sides
 from segpipe.refine.spine import SPINE_MIN_ML, part_at_spine, spine_x
 
 SPACING = (4.0, 4.0, 4.0)
@@ -68,3 +69,26 @@ def test_the_strip_stays_where_the_vote_does_not_agree_or_it_is_small() -> None:
     assert strip.sum() * VOXEL_ML < SPINE_MIN_ML
     out, moved = part_at_spine(found, sides, 29.5, vote, VOXEL_ML)
     assert np.array_equal(out, sides) and moved == 0
+
+
+def _off_centre_pair() -> np.ndarray:
+    """Two touching lungs in a view that shows little of the right one: the right lung at x 0-8,
+    joined at x 9 over 4 rows to the left lung at x 10-39, which narrows to 3 rows at x 20 (a
+    find whose middle, x 19.5, lies inside the left lung)."""
+    find = np.zeros((6, 20, 40), bool)
+    find[:, 2:18, 0:9] = True
+    find[:, 8:12, 9] = True
+    find[:, 2:18, 10:40] = True
+    find[:, 2:18, 20] = False
+    find[:, 7:10, 20] = True
+    return find
+
+
+def test_the_side_split_cuts_a_find_near_the_spine() -> None:
+    find = _off_centre_pair()
+    without = split_sides(find)
+    assert (without[:, :, 10:20][find[:, :, 10:20]] == 1).all()  # cut at the find's middle, inside the left lung
+    sides = split_sides(find, spine_x=9.5)
+    assert (sides[:, :, :9][find[:, :, :9]] == 1).all() and (sides[:, :, 10:][find[:, :, 10:]] == 2).all()
+    # a spine less than 15 % of the find's width inside it is ignored: the find's middle, as without it
+    np.testing.assert_array_equal(split_sides(find, spine_x=4.0), without)

@@ -33,7 +33,9 @@ class SidesParams:
         spine: in a view that cuts the body, the part of a find beyond the spine (the body's
             midline, :func:`segpipe.refine.spine.spine_x`) goes to that side where the network's
             vote agrees (:func:`segpipe.refine.spine.part_at_spine`): a strip of one lung joined
-            to the other where they meet in front.
+            to the other where they meet in front; and a find that holds both lungs is split at
+            its thinnest column near the spine rather than near its middle (the middle of a find
+            in such a view is not the body's).
     """
 
     min_fraction: float = 0.15
@@ -44,23 +46,27 @@ class SidesParams:
 COLUMN_SEARCH = 0.15  # the thinnest column is looked for within this share of the extent each side of its middle
 
 
-def _column_halves(mask: np.ndarray, turn: float = 0.0) -> np.ndarray:
+def _column_halves(mask: np.ndarray, turn: float = 0.0, centre: float | None = None) -> np.ndarray:
     """Split one lung component into right (1, low x) and left (2) per axial slice at the
-    thinnest column near the middle of the mask's x extent (:data:`COLUMN_SEARCH`). With
-    ``turn`` (radians), the columns are turned by it in the axial plane: the cut runs square to
-    the line at that angle from x (a patient turned in the scanner)."""
+    thinnest column near the middle of the mask's x extent (:data:`COLUMN_SEARCH`), or near
+    x index ``centre`` (the spine's, in a view that cuts the body) where it lies that far
+    inside the extent. With ``turn`` (radians), the columns are turned by it in the axial plane:
+    the cut runs square to the line at that angle from x (a patient turned in the scanner), near
+    the middle."""
     out = np.zeros(mask.shape, np.uint8)
     if turn:
         y, x = np.mgrid[0:mask.shape[1], 0:mask.shape[2]]
         across = np.rint(x * np.cos(turn) + y * np.sin(turn)).astype(np.int64)
         across -= across.min()
+        centre = None
     else:
         across = np.broadcast_to(np.arange(mask.shape[2]), mask.shape[1:])
     extent = across[mask.any(axis=0)]
     lo_u, hi_u = int(extent.min()), int(extent.max())
-    mid_default = (lo_u + hi_u) // 2
     half = COLUMN_SEARCH * (hi_u - lo_u)
-    lo, hi = int(mid_default - half), int(mid_default + half) + 1
+    middle = centre if centre is not None and lo_u + half <= centre <= hi_u - half else (lo_u + hi_u) // 2
+    mid_default = int(middle)
+    lo, hi = int(middle - half), int(middle + half) + 1
     for z in range(mask.shape[0]):
         s = mask[z]
         if not s.any():
@@ -122,13 +128,14 @@ def _turn(mask: np.ndarray, halves: np.ndarray) -> float:
     return turn if abs(np.degrees(turn)) >= MIN_TURN_DEG else 0.0
 
 
-def _split_single(mask: np.ndarray) -> np.ndarray:
+def _split_single(mask: np.ndarray, centre: float | None = None) -> np.ndarray:
     """Split one lung component into right (1) and left (2) lungs that touch (in front, or
     behind, on the 4 mm grid): per axial slice at the thinnest column near the middle, the
     columns square to the line between the two lungs' cores (:func:`_turn`). A patient turned
     in the scanner puts the lungs' junction at a slant, which a column along y cuts across;
-    for a patient lying straight the columns run along y."""
-    halves = _column_halves(mask)
+    for a patient lying straight the columns run along y, near x index ``centre`` where given
+    (:func:`_column_halves`)."""
+    halves = _column_halves(mask, centre=centre)
     turn = _turn(mask, halves)
     return _column_halves(mask, turn) if turn else halves
 
@@ -261,7 +268,7 @@ def piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int
 def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None,
                 left_vote: np.ndarray | None = None, view_side: int = 0, outside: np.ndarray | None = None,
                 flank_reach: int = 20, aerated: np.ndarray | None = None, min_lung: int = 781,
-                centre_x: float | None = None, cues: list[str] | None = None) -> np.ndarray:
+                centre_x: float | None = None, spine_x: float | None = None, cues: list[str] | None = None) -> np.ndarray:
     """Label a lung mask by side from geometry: 1 right, 2 left.
 
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
@@ -297,8 +304,11 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     (the view's edge cuts that lung into pieces, one of them joined to the whole one).
     With ``centre_x`` (the x index of the scanner's centre), a single find in a view that cuts
     the body, whose side neither a clear vote nor a flank tells, takes the side of the
-    scanner's centre it lies on (:func:`centre_side`). ``cues`` (a list, optional) receives
-    what sided a lone lung (:func:`_one_lung_side`).
+    scanner's centre it lies on (:func:`centre_side`). With ``spine_x`` (the x index of the
+    spine, :func:`segpipe.refine.spine.spine_x`, in a view that cuts the body, where the middle
+    of a find is not the body's), a single find is split at the thinnest column near it rather
+    than near the find's middle. ``cues`` (a list, optional) receives what sided a lone lung
+    (:func:`_one_lung_side`).
     """
     labels, n = label(lungs)
     out = np.zeros(lungs.shape, np.uint8)
@@ -308,7 +318,7 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     sizes[0] = 0
     order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
     big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
-    halves = _split_single(labels == order[0]) if len(big) < 2 else None  # a single find, as two touching lungs
+    halves = _split_single(labels == order[0], spine_x) if len(big) < 2 else None  # a single find, as two touching lungs
     beside = halves is not None and len(order) >= 2 and _opposite(
         labels == order[0], labels == order[1], midline_x, left_vote, two=left_vote is not None and _halves_agree(halves, left_vote))
     if beside:

@@ -4,8 +4,9 @@ Where the field of view cuts the body, its middle is not the body's, and a find 
 stage can hold one lung and a strip of the other, joined where they meet in front; the network's
 side vote on such a strip is often right where the geometry of the view cannot tell. The spine
 lies at the body's midline wherever the view shows it, wherever the patient lies on the table:
-:func:`spine_x` finds it on the coarse grid, and :func:`part_at_spine` gives the part of a find
-beyond it to the other side where the network's vote agrees. Both cues must agree: the spine
+:func:`spine_x` finds it on the coarse grid; the side split cuts a find that holds both lungs
+near it (:func:`segpipe.refine.sides.split_sides`), and :func:`part_at_spine` gives the part of a
+find that the split gave one side beyond it to the other side where the network's vote agrees. Both cues must agree: the spine
 alone would cut lungs that reach across its line, the vote alone splits single lungs.
 """
 
