@@ -570,6 +570,35 @@ def test_a_lone_lung_in_a_view_inside_the_body_takes_the_scanner_centres_side(mo
     assert set(found.boxes) == {"right"}
 
 
+def test_a_view_inside_the_body_cuts_a_find_of_both_lungs_near_the_spine(model_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view inside the chest shows 12 columns of the right lung joined in front (x 14, 4 rows)
+    to the left lung, which narrows to 3 rows at x 22: the find's middle (x 19) lies inside the
+    left lung; the scanner's centre lies across the find, and the network's classes confirm the
+    two lungs. With the spine in view (a vertebra at x 14), the side split cuts at the junction
+    beside it; with ``sides.spine`` off, at the narrow part near the find's middle, and 7 columns
+    of the left lung are named right."""
+    image, _ = _coarse_phantom()
+    hu = sitk.GetArrayFromImage(image)
+    hu[2:38, 4:36, :] = 40.0  # the body runs off both sides of the view
+    label = np.zeros(hu.shape, np.uint8)
+    label[8:30, 8:28, 2:14] = 1
+    label[8:30, 8:12, 14] = 1  # the junction in front
+    label[8:30, 8:28, 15:38] = 2
+    label[8:30, 8:28, 22] = 0
+    label[8:30, 14:17, 22] = 2  # the left lung's narrow part
+    hu[label > 0] = -850.0
+    hu[2:38, 28:36, 10:19] = 400.0  # a vertebra (3.6 x 3.2 cm) behind the junction
+    image = spatial.copy_geometry(hu, image)
+    image.SetOrigin((-80.0, 0.0, 0.0))  # the scanner's centre (x index 20) across the find
+    lung = label > 0
+    found, _ = _locate(infer.LungSegmenter.from_file(model_path, device="cpu"), image, label, lung, monkeypatch)
+    assert (found.sides[:, :, :14][lung[:, :, :14]] == 1).all() and (found.sides[:, :, 15:][lung[:, :, 15:]] == 2).all()
+    off = infer.LungSegmenter.from_file(model_path, device="cpu", rules={"sides": {"spine": False}})
+    found, _ = _locate(off, image, label, lung, monkeypatch)
+    assert (found.sides[:, :, 15:22][lung[:, :, 15:22]] == 1).all() and (found.sides[:, :, 22:][lung[:, :, 22:]] == 2).all()
+
+
 def _locate_cut_base(label: np.ndarray, model_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[str]]:
     """:func:`_locate` on the coarse phantom whose top slice cuts the body, with lung (and the
     fake network's classes) where ``label`` says."""

@@ -38,6 +38,23 @@ def test_spine_x_ignores_bone_in_front_and_needs_a_quarter_of_the_slices() -> No
     assert spine_x(hu, SPACING, body) is None
 
 
+def test_spine_x_finds_thin_bone_at_the_second_threshold() -> None:
+    hu, body = _chest(spine_at=30)
+    hu[hu == 400.0] = 170.0  # the vertebra and the rib of an elderly patient at 4 mm: below 200 HU
+    assert spine_x(hu, SPACING, body) == pytest.approx(30.0)
+    assert spine_x(hu, SPACING, body, bone_hu=(200.0,)) is None
+
+
+def test_spine_x_needs_a_column_not_bones_scattered_across_the_view() -> None:
+    hu, body = _chest(spine_at=None, rib=False)
+    for z, x in enumerate([10, 60] * 5 + [35, 35]):  # a humerus's or a scapula's place by turns, at each side of the view
+        hu[z, 40:48, x - 4:x + 5] = 400.0
+    assert spine_x(hu, SPACING, body) is None  # a median of 35, with 2 of the 3 slices needed within 20 mm of it
+    hu[:2] = 40.0
+    hu[:2, 40:48, 31:40] = 400.0  # two more slices of a vertebra at x 35: a column in 4 of 12 slices
+    assert spine_x(hu, SPACING, body) == pytest.approx(35.0)
+
+
 def _joined(strip_vote_left: float, strip_x: tuple[int, int] = (18, 30)) -> tuple[np.ndarray, ...]:
     """One find: a left lung (x 30-60) joined to a strip of the right lung (``strip_x``), all named
     left; the network's vote on the strip ``strip_vote_left`` (share voting left), left elsewhere."""

@@ -20,20 +20,34 @@ from segpipe.refine.sides import CLEAR_VOTE
 
 __all__ = ["spine_x", "part_at_spine", "SPINE_BONE_HU", "SPINE_MIN_ML"]
 
-SPINE_BONE_HU = 200.0  # bone on the 4 mm grid (a contrast-filled aorta can pass 150 HU there)
+SPINE_BONE_HU = (200.0, 150.0)  # bone on the 4 mm grid, tried in turn: a thin-boned patient's vertebrae at 4-5 mm
 SPINE_CM2 = (5.0, 40.0)  # a vertebra's cross-section with its arch; a rib or a sternum's edge is smaller
 SPINE_EXTENT_CM = (8.0, 10.0)  # at most this wide (x) and tall (y): not a scapula's or the pelvis's sweep
-SPINE_SLICES = 0.25  # the spine is found where this share of the slices shows it
+SPINE_SLICES = 0.25  # the spine is found where this share of the slices shows it ...
+SPINE_ALONG_MM = 20.0  # ... within this distance (x) of the median: a column, not bones scattered across the view
 SPINE_MIN_ML = 20.0  # a part of a find beyond the spine smaller than this stays with the find
 
 
-def spine_x(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], body: np.ndarray, bone_hu: float = SPINE_BONE_HU) -> float | None:
+def spine_x(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], body: np.ndarray,
+            bone_hu: tuple[float, ...] = SPINE_BONE_HU) -> float | None:
     """The spine's x index in a canonical ``(z, y, x)`` HU array (the coarse grid), or ``None``.
 
-    Per axial slice the largest region of bone (above ``bone_hu``, inside ``body``) of
-    :data:`SPINE_CM2` and at most :data:`SPINE_EXTENT_CM` in the body's posterior half (canonical
-    LPS: high y); the median of its centroid's x over the slices, where at least
-    :data:`SPINE_SLICES` of them (and two) have one."""
+    Per axial slice the largest region of bone (above a threshold of ``bone_hu``, inside
+    ``body``) of :data:`SPINE_CM2` and at most :data:`SPINE_EXTENT_CM` in the body's posterior
+    half (canonical LPS: high y); the median of its centroid's x over the slices, where at least
+    :data:`SPINE_SLICES` of them (and two) have one within :data:`SPINE_ALONG_MM` of it. The
+    thresholds are tried in turn: the first (200 HU) passes over a contrast-filled aorta, the
+    second finds the vertebrae of thin bone (an elderly patient's, at 4-5 mm voxels) where the
+    first finds none."""
+    for hu in bone_hu:
+        x = _spine_at(hu_zyx, spacing_xyz, body, hu)
+        if x is not None:
+            return x
+    return None
+
+
+def _spine_at(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], body: np.ndarray, bone_hu: float) -> float | None:
+    """:func:`spine_x` with one bone threshold."""
     pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
     xs = []
     for z in range(hu_zyx.shape[0]):
@@ -55,7 +69,12 @@ def spine_x(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], body: np.ndarray
                 best = (area, cx + box[1].start)
         if best is not None:
             xs.append(best[1])
-    return float(np.median(xs)) if len(xs) >= max(2, SPINE_SLICES * hu_zyx.shape[0]) else None
+    needed = max(2, SPINE_SLICES * hu_zyx.shape[0])
+    if len(xs) < needed:
+        return None
+    x = float(np.median(xs))
+    along = np.count_nonzero(np.abs(np.asarray(xs) - x) * spacing_xyz[0] <= SPINE_ALONG_MM)
+    return x if along >= needed else None
 
 
 def part_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote: np.ndarray,
