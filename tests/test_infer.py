@@ -109,6 +109,7 @@ def test_output_geometry_is_exactly_the_input_geometry(model_path: Path, scan: s
     assert label.GetPixelID() == sitk.sitkUInt8
     assert set(np.unique(sitk.GetArrayViewFromImage(label)).tolist()) <= {0, 1, 2}
     assert set(result.report["timings_s"]) >= {"coarse_s", "fine_s", "total_s"}
+    assert result.report["coarse_spine_x_mm"] is None  # a whole chest: the view does not cut the body
 
 
 @pytest.mark.parametrize("grow", [False, True])
@@ -594,8 +595,10 @@ def test_a_view_inside_the_body_cuts_a_find_of_both_lungs_near_the_spine(model_p
     lung = label > 0
     found, _ = _locate(infer.LungSegmenter.from_file(model_path, device="cpu"), image, label, lung, monkeypatch)
     assert (found.sides[:, :, :14][lung[:, :, :14]] == 1).all() and (found.sides[:, :, 15:][lung[:, :, 15:]] == 2).all()
+    assert found.spine_x_mm == pytest.approx(-80.0 + 14 * 4.0)  # reported as coarse_spine_x_mm
     off = infer.LungSegmenter.from_file(model_path, device="cpu", rules={"sides": {"spine": False}})
     found, _ = _locate(off, image, label, lung, monkeypatch)
+    assert found.spine_x_mm is None
     assert (found.sides[:, :, 15:22][lung[:, :, 15:22]] == 1).all() and (found.sides[:, :, 22:][lung[:, :, 22:]] == 2).all()
 
 

@@ -229,6 +229,8 @@ class CoarseResult:
             (in-plane): where the field of view cuts the body, the scan's own voxels there
             that are not padding are inside it (:func:`segpipe.infer.assemble.scan_context`);
             ``None`` where the body meets no padding.
+        spine_x_mm: the spine's physical x (canonical) where the side split used it (a view
+            that cuts the body, ``sides.spine``; :func:`segpipe.refine.spine.spine_x`); else ``None``.
     """
 
     geometry: spatial.Geometry
@@ -241,6 +243,7 @@ class CoarseResult:
     padding: tuple[sitk.Image | None, float] | None = None
     zooms: tuple[float, ...] = (1.0,)
     view_rim: np.ndarray | None = None
+    spine_x_mm: float | None = None
 
     def inside_on(self, grid: spatial.Geometry) -> np.ndarray:
         """The body less the airways, looked up (nearest voxel) on ``grid`` (canonical
@@ -408,6 +411,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
         spatial.Geometry.of(coarse_img), tuple(coarse_img.GetSpacing()),  # type: ignore[arg-type]
         spatial.copy_geometry(np.asarray(_on_grid(lung[near], near, lung.shape), np.float32), coarse_img), sides, body, airways,
         boxes, padding_in_plane, zooms, view_rim,
+        None if spine is None else round(float(coarse_img.TransformContinuousIndexToPhysicalPoint((spine, 0.0, 0.0))[0]), 1),
     )
     warnings = [] if boxes else ["no lung found: the scan may not include the chest; the mask is empty"]
     if len(boxes) == 1 and cues and cues[0] in WEAK_CUES:

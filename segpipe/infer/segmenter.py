@@ -243,6 +243,7 @@ class LungSegmenter:
                              (r.region if isinstance(r, RegionResult) else r).to_dict(scan.geometry_c, s) for r in regions},
             "spacings_used_mm": {"coarse": [round(v, 4) for v in coarse.spacing_mm], "fine": list(s.fine_mm)},
             "coarse_zooms": list(coarse.zooms),
+            "coarse_spine_x_mm": coarse.spine_x_mm,
             "rules": {r.name: r.to_dict() for r in rules},
             "timings_s": clock.timings(),
             "peak_memory": {
