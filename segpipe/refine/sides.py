@@ -43,7 +43,7 @@ class SidesParams:
     spine: bool = True
 
 
-COLUMN_SEARCH = 0.15  # the thinnest column is looked for within this share of the extent each side of its middle
+COLUMN_SEARCH = 0.15  # the thinnest column is looked for within this share of the extent each side of its middle (or the spine)
 
 
 def _column_halves(mask: np.ndarray, turn: float = 0.0, centre: float | None = None) -> np.ndarray:
