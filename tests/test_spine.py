@@ -91,7 +91,7 @@ def test_the_strip_stays_where_the_vote_does_not_agree_or_it_is_small() -> None:
 def _off_centre_pair() -> np.ndarray:
     """Two touching lungs in a view that shows little of the right one: the right lung at x 0-8,
     joined at x 9 over 4 rows to the left lung at x 10-39, which narrows to 3 rows at x 20 (a
-    find whose middle, x 19.5, lies inside the left lung)."""
+    find whose middle, x 19, lies inside the left lung)."""
     find = np.zeros((6, 20, 40), bool)
     find[:, 2:18, 0:9] = True
     find[:, 8:12, 9] = True
