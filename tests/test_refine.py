@@ -148,7 +148,7 @@ def test_touching_lungs_of_a_turned_patient_are_split_along_their_junction() -> 
     """The front junction of a patient turned by 25 degrees runs at a slant: a per-slice
     column along y gives a piece of one lung to the other; columns square to the line between
     the lungs' cores cut along the junction. A patient lying straight is cut along y as before."""
-    from segpipe.refine.sides import _column_halves, _split_single
+    from segpipe.refine.columns import column_halves, split_single
 
     for degrees in (-25.0, 0.0, 25.0):
         truth = _turned_lungs(degrees)
@@ -157,10 +157,10 @@ def test_touching_lungs_of_a_turned_patient_are_split_along_their_junction() -> 
         sides = split_sides(find)
         for v in (1, 2):
             assert (sides[truth == v] == v).mean() >= 0.98, (degrees, v)
-    column = _column_halves(_turned_lungs(25.0) > 0)
+    column = column_halves(_turned_lungs(25.0) > 0)
     assert min((column[_turned_lungs(25.0) == v] == v).mean() for v in (1, 2)) < 0.9
     straight = _turned_lungs(0.0) > 0
-    np.testing.assert_array_equal(_split_single(straight), _column_halves(straight))
+    np.testing.assert_array_equal(split_single(straight), column_halves(straight))
     # a window over one lung and a strip of the other, joined in front: the strip is too thin
     # to have a core, so the column halves stand
     strip = np.zeros((24, 64, 64), bool)
@@ -168,7 +168,7 @@ def test_touching_lungs_of_a_turned_patient_are_split_along_their_junction() -> 
     strip[2:22, 12:52, 44:46] = True  # two voxels of the other
     strip[2:22, 12:15, 40:44] = True  # the front junction
     assert _util.label(strip)[1] == 1
-    np.testing.assert_array_equal(_split_single(strip), _column_halves(strip))
+    np.testing.assert_array_equal(split_single(strip), column_halves(strip))
 
 
 def test_side_boundary_never_cuts_the_one_lung_of_a_slice() -> None:

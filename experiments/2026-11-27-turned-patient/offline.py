@@ -19,7 +19,7 @@ from variants import VARIANTS  # noqa: E402
 
 from segpipe.refine import sides as S  # noqa: E402
 
-kept = S._split_single
+kept = S.split_single
 tag, seeds = sys.argv[1], [int(s) for s in sys.argv[2:]]
 found = {k: [] for k in VARIANTS}
 swapped = dict.fromkeys(VARIANTS, 0.0)
@@ -30,11 +30,11 @@ for seed in seeds:
             continue
         res = {}
         for name, fn in VARIANTS.items():
-            S._split_single = fn
+            S.split_single = lambda mask, centre=None, fn=fn: fn(mask)  # the variants predate the spine's centre
             t = time.perf_counter()
             res[name] = S.split_sides(d["found"], **d["kw"])
             seconds[name] += time.perf_counter() - t
-        S._split_single = kept
+        S.split_single = kept
         voxel_ml = d.get("voxel_ml", 0.064)
         for v in (1, 2):
             m = d["rc"] == v

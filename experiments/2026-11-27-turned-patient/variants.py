@@ -1,5 +1,5 @@
 """Splits of one coarse find into two touching lungs tried in this experiment (offline, on dumped
-coarse inputs). `segpipe.refine.sides._split_single` is the kept one (`rotated`); `search S` is
+coarse inputs). `segpipe.refine.columns.split_single` is the kept one (`rotated`); `search S` is
 it with a wider search for the thinnest column."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from scipy import ndimage
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import dijkstra
 
-from segpipe.refine import sides as S
+from segpipe.refine import columns as K
 
 
 def nearest_seed(mask: np.ndarray, seeds: np.ndarray) -> np.ndarray:
@@ -34,7 +34,7 @@ def nearest_seed(mask: np.ndarray, seeds: np.ndarray) -> np.ndarray:
 
 
 def _seeds(mask: np.ndarray, halves: np.ndarray) -> np.ndarray | None:
-    cores = S._two_cores(mask)
+    cores = K.two_cores(mask)
     if cores is None:
         return None
     seeds = np.zeros(mask.shape, np.uint8)
@@ -42,7 +42,7 @@ def _seeds(mask: np.ndarray, halves: np.ndarray) -> np.ndarray | None:
     for core in cores:
         votes = np.bincount(halves[core], minlength=3)
         side = int(np.argmax(votes))
-        if votes[side] < S.CORE_AGREE * np.count_nonzero(core):
+        if votes[side] < K.CORE_AGREE * np.count_nonzero(core):
             return None
         sides.append(side)
         seeds[core] = side
@@ -51,7 +51,7 @@ def _seeds(mask: np.ndarray, halves: np.ndarray) -> np.ndarray | None:
 
 def geodesic(mask: np.ndarray) -> np.ndarray:
     """Each voxel to the core it reaches first inside the find (commit 5354d81)."""
-    halves = S._column_halves(mask)
+    halves = K.column_halves(mask)
     seeds = _seeds(mask, halves)
     if seeds is None:
         return halves
@@ -61,7 +61,7 @@ def geodesic(mask: np.ndarray) -> np.ndarray:
 
 def watershed(mask: np.ndarray) -> np.ndarray:
     """The cores grown level by level of depth, deepest first (a watershed on the depth)."""
-    halves = S._column_halves(mask)
+    halves = K.column_halves(mask)
     seeds = _seeds(mask, halves)
     if seeds is None:
         return halves
@@ -73,22 +73,22 @@ def watershed(mask: np.ndarray) -> np.ndarray:
     return np.where(seeds > 0, seeds, halves)
 
 
-KEPT = S._split_single  # offline.py patches S._split_single with each variant
+KEPT = K.split_single  # offline.py patches S.split_single (sides' own name) with each variant
 
 
 def wider(share: float):
     """The kept split with the thinnest column looked for within ``share`` of the extent each
-    side of the middle (``sides.COLUMN_SEARCH``, 0.15)."""
+    side of the middle (``columns.COLUMN_SEARCH``, 0.15)."""
 
     def split(mask: np.ndarray) -> np.ndarray:
-        kept, S.COLUMN_SEARCH = S.COLUMN_SEARCH, share
+        kept, K.COLUMN_SEARCH = K.COLUMN_SEARCH, share
         try:
             return KEPT(mask)
         finally:
-            S.COLUMN_SEARCH = kept
+            K.COLUMN_SEARCH = kept
 
     return split
 
 
-VARIANTS = {"column": S._column_halves, "geodesic": geodesic, "watershed": watershed, "rotated": KEPT,
+VARIANTS = {"column": K.column_halves, "geodesic": geodesic, "watershed": watershed, "rotated": KEPT,
             "search 0.25": wider(0.25), "search 0.35": wider(0.35)}

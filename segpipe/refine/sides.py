@@ -15,6 +15,7 @@ from scipy import ndimage
 
 from segpipe.refine._util import component_sizes, label, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
+from segpipe.refine.columns import split_single
 
 __all__ = ["SidesParams", "split_sides", "piece_side", "flank_side", "beyond_centre", "joined_lungs", "join_cut_pieces",
            "side_boundary", "rule"]
@@ -43,103 +44,6 @@ class SidesParams:
     spine: bool = True
 
 
-COLUMN_SEARCH = 0.15  # the thinnest column is looked for within this share of the extent each side of its middle (or the spine)
-
-
-def _column_halves(mask: np.ndarray, turn: float = 0.0, centre: float | None = None) -> np.ndarray:
-    """Split one lung component into right (1, low x) and left (2) per axial slice at the
-    thinnest column near the middle of the mask's x extent (:data:`COLUMN_SEARCH`), or near
-    x index ``centre`` (the spine's, in a view that cuts the body) where it lies that far
-    inside the extent. With ``turn`` (radians), the columns are turned by it in the axial plane:
-    the cut runs square to the line at that angle from x (a patient turned in the scanner), near
-    the middle."""
-    out = np.zeros(mask.shape, np.uint8)
-    if turn:
-        y, x = np.mgrid[0:mask.shape[1], 0:mask.shape[2]]
-        across = np.rint(x * np.cos(turn) + y * np.sin(turn)).astype(np.int64)
-        across -= across.min()
-        centre = None
-    else:
-        across = np.broadcast_to(np.arange(mask.shape[2]), mask.shape[1:])
-    extent = across[mask.any(axis=0)]
-    lo_u, hi_u = int(extent.min()), int(extent.max())
-    half = COLUMN_SEARCH * (hi_u - lo_u)
-    middle = centre if centre is not None and lo_u + half <= centre <= hi_u - half else (lo_u + hi_u) // 2
-    mid_default = int(middle)
-    lo, hi = int(middle - half), int(middle + half) + 1
-    for z in range(mask.shape[0]):
-        s = mask[z]
-        if not s.any():
-            continue
-        profile = np.bincount(across[s], minlength=hi_u + 1).astype(float)
-        window = profile[lo:hi]
-        cut = lo + int(np.argmin(window)) if window.size else mid_default
-        out[z][s & (across < cut)] = 1
-        out[z][s & (across >= cut)] = 2
-    return out
-
-
-CORE_DEPTH = 4  # coarse voxels (16 mm): how far inside a find its two lungs' cores are looked for
-CORE_SHARE = 0.25  # each lung's core holds at least this share of what lies that deep
-CORE_AGREE = 0.9  # each core lies this much inside one column half, the two in different halves
-MIN_TURN_DEG = 8.0  # a turn of the line between the cores below this is the lungs' own shape
-
-
-def _two_cores(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """The two largest pieces into which ``mask`` falls when peeled by 1, 2, ...
-    :data:`CORE_DEPTH` voxels (face steps), the first depth at which the smaller holds
-    :data:`CORE_SHARE` of what is left: two lungs touching at a thin junction part there.
-    None where no depth parts it so (one lung, or a strip of the other too thin to have a core)."""
-    depth = ndimage.distance_transform_cdt(mask, metric="taxicab")
-    for d in range(1, CORE_DEPTH + 1):
-        core = depth > d
-        if not core.any():
-            return None
-        labels, n = label(core)
-        if n < 2:
-            continue
-        sizes = component_sizes(labels, n)
-        sizes[0] = 0
-        first, second = np.argsort(sizes)[::-1][:2]
-        if sizes[second] >= CORE_SHARE * sizes.sum():
-            return labels == first, labels == second
-    return None
-
-
-def _turn(mask: np.ndarray, halves: np.ndarray) -> float:
-    """The in-plane angle (radians) of the line from the right lung's core to the left one's
-    (:func:`_two_cores`), where the two cores lie in different ``halves`` and the angle is
-    :data:`MIN_TURN_DEG` or more; else 0."""
-    cores = _two_cores(mask)
-    if cores is None:
-        return 0.0
-    centres = []
-    for core in cores:
-        votes = np.bincount(halves[core], minlength=3)
-        side = int(np.argmax(votes))
-        if votes[side] < CORE_AGREE * np.count_nonzero(core):
-            return 0.0
-        _, y, x = np.nonzero(core)
-        centres.append((side, float(x.mean()), float(y.mean())))
-    (side_a, xa, ya), (side_b, xb, yb) = sorted(centres)
-    if side_a == side_b:
-        return 0.0
-    turn = float(np.arctan2(yb - ya, xb - xa))
-    return turn if abs(np.degrees(turn)) >= MIN_TURN_DEG else 0.0
-
-
-def _split_single(mask: np.ndarray, centre: float | None = None) -> np.ndarray:
-    """Split one lung component into right (1) and left (2) lungs that touch (in front, or
-    behind, on the 4 mm grid): per axial slice at the thinnest column near the middle, the
-    columns square to the line between the two lungs' cores (:func:`_turn`). A patient turned
-    in the scanner puts the lungs' junction at a slant, which a column along y cuts across;
-    for a patient lying straight the columns run along y, near x index ``centre`` where given
-    (:func:`_column_halves`)."""
-    halves = _column_halves(mask, centre=centre)
-    turn = _turn(mask, halves)
-    return _column_halves(mask, turn) if turn else halves
-
-
 CLEAR_VOTE = 0.75  # a find is one side by the network's vote where this share of it votes that side
 
 
@@ -150,7 +54,7 @@ def _vote_side(mask: np.ndarray, left_vote: np.ndarray, clear: float = CLEAR_VOT
 
 
 def _halves_agree(halves: np.ndarray, left_vote: np.ndarray) -> bool:
-    """Whether :func:`_split_single`'s ``halves`` (1 right, 2 left) are two lungs by the
+    """Whether :func:`segpipe.refine.columns.split_single`'s ``halves`` (1 right, 2 left) are two lungs by the
     network's per-voxel ``left_vote``: the right half mostly right and the left half mostly
     left. A lung alone in a field of view cut through it is one lung, whichever half."""
     right, left = halves == 1, halves == 2
@@ -274,7 +178,7 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
     patient's left). The two largest components (each at least ``min_fraction`` of the
     largest) are sided by their mean x; a single component (lungs touching in front) is split
-    between its two lungs (:func:`_split_single`). Smaller pieces are dropped.
+    between its two lungs (:func:`segpipe.refine.columns.split_single`). Smaller pieces are dropped.
 
     With ``midline_x`` (the body's middle, in x index units), a single component that lies
     almost entirely on one side of it (less than 10% of its voxels across) is one lung, sided
@@ -318,7 +222,7 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     sizes[0] = 0
     order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
     big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
-    halves = _split_single(labels == order[0], spine_x) if len(big) < 2 else None  # a single find, as two touching lungs
+    halves = split_single(labels == order[0], spine_x) if len(big) < 2 else None  # a single find, as two touching lungs
     beside = halves is not None and len(order) >= 2 and _opposite(
         labels == order[0], labels == order[1], midline_x, left_vote, two=left_vote is not None and _halves_agree(halves, left_vote))
     if beside:
