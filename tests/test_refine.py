@@ -463,6 +463,28 @@ def test_two_finds_beside_one_flank_are_pieces_of_that_sides_lung() -> None:
     assert np.array_equal(split_sides(_lungs() > 0, outside=both, flank_reach=14), _lungs())
 
 
+def test_two_finds_on_one_side_that_the_vote_calls_that_side_are_one_lung() -> None:
+    """A slab that ends in a left base: the scan's edge cuts it into a medial piece (the larger,
+    at lower x) and a lateral one, both left of the body's midline. The network calls three
+    fifths of the medial piece left and all of the lateral one: both are the left lung, not a
+    right lung (the lower mean x) and a left one. Where the vote calls the medial piece right
+    (two fifths left), or the midline runs through it, mean x decides."""
+    medial = np.zeros((12, 30, 60), bool)
+    medial[2:12, 10:20, 32:44] = True
+    lateral = np.zeros_like(medial)
+    lateral[8:12, 10:18, 50:56] = True  # a fifth of the medial piece
+    vote = lateral.copy()
+    vote[6:12, 10:20, 32:44] = True  # 6 of the medial piece's 10 slices vote left
+    sides = split_sides(medial | lateral, midline_x=29.5, left_vote=vote)
+    assert (sides[medial | lateral] == 2).all()
+    vote[6:8, 10:20, 32:44] = False  # 4 of 10: the vote calls it right
+    sides = split_sides(medial | lateral, midline_x=29.5, left_vote=vote)
+    assert (sides[medial] == 1).all() and (sides[lateral] == 2).all()
+    vote[2:12, 10:20, 32:44] = True
+    sides = split_sides(medial | lateral, midline_x=38.5, left_vote=vote)  # the midline through it
+    assert (sides[medial] == 1).all() and (sides[lateral] == 2).all()
+
+
 def test_a_collapsed_lung_beside_a_whole_one_is_kept() -> None:
     """A right lung of 8% of the left one (below min_fraction): with the midline it is the
     right lung (the two lie on opposite sides); a piece that straddles the midline, or a

@@ -162,11 +162,14 @@ def beyond_centre(mask: np.ndarray, centre_x: float | None) -> int:
     return 1 if xs[-1] < centre_x else 2 if xs[0] > centre_x else 0
 
 
-def piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int:
+PAIR_VOTE = 0.5  # two finds on one side of the midline are one lung where the vote calls each of them that side
+
+
+def piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray, vote: float = 0.9) -> int:
     """1 (right) or 2 (left) where nine tenths of ``mask`` lie on that side of ``midline_x``
-    and as much of it is that side by ``left_vote``; 0 otherwise."""
-    share, vote = _left_share(mask, midline_x), float(left_vote[mask].mean())
-    return 2 if min(share, vote) > 0.9 else 1 if max(share, vote) < 0.1 else 0
+    and ``vote`` of it (default as much) is that side by ``left_vote``; 0 otherwise."""
+    share, left = _left_share(mask, midline_x), float(left_vote[mask].mean())
+    return 2 if share > 0.9 and left > vote else 1 if share < 0.1 and left < 1.0 - vote else 0
 
 
 def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None,
@@ -196,7 +199,8 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     :func:`segpipe.refine.body_cut_side`) shows that side. A second component that the vote
     puts on the other side (three quarters of each) counts as the other lung, as across the
     midline. With ``midline_x`` as well, two largest components that both lie on
-    one side of the midline and are that side by the vote are pieces of one lung (a lung the
+    one side of the midline (nine tenths of each) and are that side by the vote (the majority
+    of each, :data:`PAIR_VOTE`) are pieces of one lung (a lung the
     scan's edge cuts into pieces: the costophrenic recess at the top of an abdominal scan); the
     other lung is then the largest remaining component on the other side by both. Two largest
     components beside which the same flank shows (and that the vote does not clearly put on the
@@ -228,8 +232,9 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     if beside:
         big = order[:2]  # a small lung (collapsed, or cut by the scan's end or side) beside a whole one
     if len(big) >= 2 and midline_x is not None and left_vote is not None:
-        side = piece_side(labels == big[0], midline_x, left_vote)
-        if side and piece_side(labels == big[1], midline_x, left_vote) == side:
+        # both on one side of the midline and mostly that side by the vote: two pieces of one lung
+        side = piece_side(labels == big[0], midline_x, left_vote, PAIR_VOTE)
+        if side and piece_side(labels == big[1], midline_x, left_vote, PAIR_VOTE) == side:
             out[(labels == big[0]) | (labels == big[1])] = side
             other = next((i for i in order if i not in big[:2] and piece_side(labels == i, midline_x, left_vote) == 3 - side), None)
             if other is not None:
