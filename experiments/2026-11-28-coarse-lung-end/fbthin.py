@@ -1,6 +1,8 @@
 """Independent phantoms (family B chest scans, held-out seeds) cut as lung-end slabs: the lowest
 1.5 / 2.5 cm of lung with 15 cm below, the top 2 cm with 6 cm above; per lung >= 1 mL, bundled
-model against a candidate."""
+model against a candidate (MODEL ``-``: the bundled model alone, with the checkout's inference).
+
+    fbthin.py MODEL FIRST END rows.json"""
 
 import json
 import sys
@@ -14,7 +16,9 @@ from slabs import end_slab
 
 from segpipe import LungSegmenter, spatial
 
-models = {"default": LungSegmenter.default(), "cand": LungSegmenter.from_file(sys.argv[1])}
+models = {"default": LungSegmenter.default()}
+if sys.argv[1] != "-":
+    models["cand"] = LungSegmenter.from_file(sys.argv[1])
 seeds = range(int(sys.argv[2]), int(sys.argv[3]))
 rows = []
 for seed in seeds:
