@@ -513,10 +513,10 @@ def test_a_side_needs_min_lung_ml_of_confident_coarse_lung(model_path: Path, mon
         infer.LungSegmenter.from_file(model_path, device="cpu", min_lung_ml=-1)
 
 
-def test_a_lung_the_scans_edge_cuts_needs_three_percent_of_min_lung_ml(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lung_the_scans_edge_cuts_needs_a_twentieth_of_min_lung_ml(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The lung bases at the top of an abdominal scan show only part of themselves: a side
-    whose coarse lung reaches a face of the scan counts with 3 % of ``min_lung_ml`` (1.5 mL);
-    the same small find inside the scan does not (bowel gas)."""
+    whose coarse lung reaches a face of the scan counts with a twentieth of ``min_lung_ml``
+    (2.5 mL); the same small find inside the scan does not (bowel gas)."""
     image, label = _coarse_phantom()
     hu = sitk.GetArrayFromImage(image)
     hu[38:, 4:36, 4:36] = 40.0  # the scan ends inside the body, as an abdominal scan's top does
@@ -539,10 +539,7 @@ def test_a_lung_the_scans_edge_cuts_needs_three_percent_of_min_lung_ml(model_pat
     assert set(at_edge.boxes) == {"right", "left"}
     tiny = cut.copy()
     tiny[tiny == 2] = 0
-    tiny[38:40, 20:24, 24:28] = 2  # 32 voxels, 2.0 mL: a base's crescent
-    crescent, _ = _locate(seg, image, tiny, tiny > 0, monkeypatch)
-    assert set(crescent.boxes) == {"right", "left"}
-    tiny[38:40, 20:24, 26:28] = 0  # 16 voxels, 1.0 mL: below 1.5 mL
+    tiny[38:40, 20:24, 24:28] = 2  # 32 voxels, 2.0 mL: below 2.5 mL
     too_small, _ = _locate(seg, image, tiny, tiny > 0, monkeypatch)
     assert set(too_small.boxes) == {"right"}
 
@@ -1187,7 +1184,7 @@ def test_confident_parts_drop_unsure_bowel_gas_before_the_sides_are_split() -> N
     confident[25:30, 2:8, 25:35] = True
     mask[14:19, 2:8, 25:35] = True  # the same inside the view
     confident[14:19, 2:8, 25:35] = True
-    kept = coarse.confident_parts(mask, confident, voxel_ml=1.0, min_ml=500.0)  # 3 %: 15 mL at the edge
+    kept = coarse.confident_parts(mask, confident, voxel_ml=1.0, min_ml=500.0)  # a twentieth: 25 mL at the edge
     assert kept[27, 5, 30] and not kept[5, 5, 5] and not kept[16, 5, 30]
     assert kept.sum() == 300
     assert coarse.confident_parts(mask, confident, voxel_ml=1.0, min_ml=50.0).sum() == mask.sum()
@@ -1213,24 +1210,24 @@ def test_confident_parts_pool_the_pieces_of_a_base_that_the_scans_end_cuts() -> 
     left_vote[:, :, 20:] = True
     midline = 19.5
 
-    # the cut-lung share of 3000 mL is 90 mL: no piece alone, the two left ones together
-    assert not coarse.confident_parts(mask, confident, 1.0, 3000.0).any()
-    kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, left_vote))
+    # the cut-lung share of 2000 mL is 100 mL: no piece alone, the two left ones together
+    assert not coarse.confident_parts(mask, confident, 1.0, 2000.0).any()
+    kept = coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, left_vote))
     assert kept[28, 3, 27] and kept[28, 11, 34]
     assert not kept[28, 3, 4] and not kept[12, 3, 27] and kept.sum() == 120
     vote = left_vote.copy()
     vote[26:30, 10:13, 32:37] = False  # the network calls one of them right: no side, no pooling
-    assert not coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, vote)).any()
+    assert not coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, vote)).any()
     # where one piece is enough alone, the crescents beside it at the same end are that base's
-    # with a share of sure lung each (0.6 % of 3000 mL: 18 voxels); a speck is not
+    # with a share of sure lung each (0.6 % of 2000 mL: 12 voxels); a speck is not
     mask[20:30, 2:8, 25:30] = True  # the first left piece grows to 300 voxels
     mask[29, 16:18, 22:24] = True  # a left speck of 4 voxels at the top
     confident = mask.copy()
-    kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, left_vote))
+    kept = coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, left_vote))
     assert kept[28, 3, 27] and kept[28, 11, 34] and not kept[29, 16, 22] and kept.sum() == 360
     confident[26:30, 10:13, 32:37] = False  # the crescent beside it holds no sure lung: it stays out
     confident[29, 10:13, 32:34] = True  # (6 sure voxels)
-    kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, left_vote))
+    kept = coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, left_vote))
     assert kept[28, 3, 27] and not kept[28, 11, 34] and kept.sum() == 300
 
 
@@ -1259,9 +1256,9 @@ def test_confident_parts_leave_out_a_find_beyond_the_skin() -> None:
     pieces = np.zeros(shape, bool)
     pieces[:, 16, 22:40] = True  # the band on the left only
     pieces[27:30, 5:10, 22:25] = True  # two crescents of a left base at the top: 45 voxels each,
-    pieces[27:30, 5:10, 30:33] = True  # each under 3 % of 2000 mL (60), together over it
+    pieces[27:30, 5:10, 30:33] = True  # each under a twentieth of 1000 mL (50), together over it
     side_of = lambda m: piece_side(m, 19.5, np.ones(shape, bool))  # noqa: E731
-    kept = coarse.confident_parts(pieces, pieces, 1.0, 2000.0, inside=body, side_of=side_of)
+    kept = coarse.confident_parts(pieces, pieces, 1.0, 1000.0, inside=body, side_of=side_of)
     assert kept[28, 7, 23] and kept[28, 7, 31] and not kept[15, 16, 30] and kept.sum() == 90
 
 
@@ -1414,11 +1411,11 @@ def test_confident_parts_give_gas_at_the_scans_end_no_cut_lung_share() -> None:
     air[25:26, 12:16, 25:35] = True  # a fifth of the second: lung tissue
     left_vote = np.zeros(shape, bool)
     left_vote[:, :, 20:] = True
-    kept = coarse.confident_parts(mask, confident, 1.0, 8000.0, air=air, air_share=0.25)  # share: 240 mL
-    assert not kept.any()  # the gas needs the whole 8000 mL, the lung's 200 mL are under 240
-    assert coarse.confident_parts(mask, confident, 1.0, 8000.0)[27, 5, 30]  # without the guard the gas counts
-    pooled = coarse.confident_parts(mask, confident, 1.0, 8000.0, air=air, air_share=0.25,
+    kept = coarse.confident_parts(mask, confident, 1.0, 5000.0, air=air, air_share=0.25)  # share: 250 mL
+    assert not kept.any()  # the gas needs the whole 5000 mL, the lung's 200 mL are under 250
+    assert coarse.confident_parts(mask, confident, 1.0, 5000.0)[27, 5, 30]  # without the guard the gas counts
+    pooled = coarse.confident_parts(mask, confident, 1.0, 5000.0, air=air, air_share=0.25,
                                     side_of=lambda m: piece_side(m, 19.5, left_vote))
     assert not pooled.any()  # 200 mL of lung do not pool with 300 of gas
-    kept = coarse.confident_parts(mask, confident, 1.0, 6000.0, air=air, air_share=0.25)  # share: 180 mL
+    kept = coarse.confident_parts(mask, confident, 1.0, 4000.0, air=air, air_share=0.25)  # share: 200 mL
     assert kept[27, 14, 30] and not kept[27, 5, 30]

@@ -2,7 +2,7 @@
 
 The whole scan is resampled to the coarse spacing (4 mm by default) and run through the coarse
 network. Its lung is split into the patient's right and left from geometry; a side counts only
-with ``min_lung_ml`` of confident lung (3 % where the scan's edge cuts it); each side's
+with ``min_lung_ml`` of confident lung (a twentieth where the scan's edge cuts it); each side's
 box (physical mm, with the training margin and one coarse voxel) is where the fine stage looks.
 The scan's edge is its array's faces, the scanner's padding and the blank slices at its ends.
 The body (inside the skin) and the trachea and main bronchi are found on the same grid: the
@@ -42,7 +42,7 @@ from segpipe.refine.spine import part_at_spine, spine_x
 __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
 SIDES = (("right", 1), ("left", 2))
-CUT_LUNG_SHARE = 0.03  # a lung the scan's edge cuts counts with this share of min_lung_ml (1.5 mL)
+CUT_LUNG_SHARE = 0.05  # a lung the scan's edge cuts counts with this share of min_lung_ml (2.5 mL)
 BESIDE_SHARE = 0.006  # a cut piece beside a found base at the same end of the scan: this share of min_lung_ml (0.3 mL)
 INSIDE_SHARE = 0.5  # a find needs this share of its sure lung inside the body (not in the band beyond the skin)
 
@@ -366,7 +366,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     view_rim = _view_rim(body, padding)
     # a lung needs enough confident lung: smaller or unsure finds are gas in the bowel or
     # stomach. A lung the scan's edge cuts (the bases at the top of an abdominal scan, a slab)
-    # shows only part of itself, a few mL at the tip of a recess: 3 % is enough, counted
+    # shows only part of itself, a few mL at the tip of a recess: a twentieth is enough, counted
     # over the crescents of one side that the scan's end cuts, and only for lung tissue (gas
     # is pure air, lung is not). Unsure finds go before the sides are split, so that larger
     # pockets of bowel gas do not take the place of a small base. The network's side only
