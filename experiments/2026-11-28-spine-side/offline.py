@@ -4,37 +4,28 @@ the other way): ``offline.py SHIFT_MM SEED ...``. Variants: the landed cues (off
 find the vote leaves unsure (``cue``), and also the spine instead of the centre for a find the vote parts but that
 lies wholly on one side (``cue+beyond``). Coarse-grid Dice per lung of 50 mL or more after the whole side step."""
 
-import pickle
 import sys
 
 import numpy as np
 
 sys.path.insert(0, "experiments/2026-11-28-spine-columns")
-from offline import coarse, dices  # noqa: E402
+from offline import coarse, crops, dices  # noqa: E402
 
 from segpipe.refine import sides  # noqa: E402
-from segpipe.refine.spine import spine_x  # noqa: E402
 
 shift = float(sys.argv[1])
 variants = {"off": (False, False), "cue": (True, False), "cue+beyond": (True, True)}
 scores: dict[str, list[float]] = {k: [] for k in variants}
 records = []
-for seed in sys.argv[2:]:
-    for r in pickle.load(open(f"runs/spine/dump_{seed}.pkl", "rb")):
-        if "found" not in r or r["found"].shape != r["rc"].shape:
-            continue
-        kw, voxel_ml = dict(r["kw"]), float(np.prod(r["spacing"])) / 1000
-        if kw.get("centre_x") is not None:
-            kw["centre_x"] = kw["centre_x"] - shift / r["sx"]
-        spine = spine_x(r["hu"], r["spacing"], r["body"]) if kw.get("view_side") else None
-        row = {}
-        for name, (cue, beyond) in variants.items():
-            sides.SPINE_CUE, sides.SPINE_BEYOND = cue, beyond
-            row[name] = dices(coarse(r, kw, spine, True), r["rc"], voxel_ml)
-            scores[name] += row[name]
-        for i, (a, b) in enumerate(zip(row["off"], row["cue+beyond"])):
-            if abs(a - b) > 0.02 or abs(a - row["cue"][i]) > 0.02:
-                print(seed, r["case"], r["i"], r["desc"], round(a, 3), "->", round(row["cue"][i], 3), "/", round(b, 3))
+for seed, r, kw, voxel_ml, spine in crops(sys.argv[2:], shift):
+    row = {}
+    for name, (cue, beyond) in variants.items():
+        sides.SPINE_CUE, sides.SPINE_BEYOND = cue, beyond
+        row[name] = dices(coarse(r, kw, spine, True), r["rc"], voxel_ml)
+        scores[name] += row[name]
+    for i, (a, b) in enumerate(zip(row["off"], row["cue+beyond"])):
+        if abs(a - b) > 0.02 or abs(a - row["cue"][i]) > 0.02:
+            print(seed, r["case"], r["i"], r["desc"], round(a, 3), "->", round(row["cue"][i], 3), "/", round(b, 3))
 for name, v in scores.items():
     v = np.array(v)
     print(f"shift {shift:+.0f} mm, {name}: {len(v)} lungs, Dice {v.mean():.4f}, under 0.9 {(v < 0.9).sum()}, under 0.5 {(v < 0.5).sum()}")
