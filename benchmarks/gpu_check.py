@@ -44,7 +44,10 @@ targets.
 
 Run: ``python benchmarks/gpu_check.py [--budgets 4 8 16] [--steps 3] [--checks train amp infer ddp]
 [--json OUT] [--markdown]``. ``--markdown`` prints a section for ``docs/BENCHMARKS.md``. Exit
-code 0 when every target passed, 1 when one failed, 2 without CUDA.
+code 0 when every target passed, 1 when one failed, 2 without CUDA. A run split into parts (a
+lease's command limit: ``--checks infer``, then ``--checks train`` ...) is put back together
+without CUDA: ``--merge PART.json ... --json OUT [--markdown]`` (the parts' checks in the order
+train, amp, infer, ddp; the first part's machine, every part's command).
 """
 
 from __future__ import annotations
@@ -816,6 +819,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
     p.add_argument("--markdown", action="store_true", help="also print a section for docs/BENCHMARKS.md")
     p.add_argument("--keep", action="store_true", help="keep the work folder (child logs, run folders)")
+    p.add_argument("--merge", type=Path, nargs="+", metavar="PART",
+                   help="put together the --json files of one run made in parts (runs nothing, needs no CUDA)")
     p.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--params", default="{}", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
@@ -839,6 +844,31 @@ def _cuda_refusal() -> str | None:
     return f"gpu_check.py: needs a CUDA GPU; none is available here (torch {torch.__version__}, CUDA build: {build})"
 
 
+def merge_parts(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from the ``--json`` files of a run made in parts on one machine: their checks in
+    the order of :data:`CHECKS` (a check that two parts ran is an error), the first part's
+    machine, the earliest date and every part's command (joined by ``;``)."""
+    if not parts:
+        raise ValueError("no parts to merge")
+    gpus = {json.dumps((p["meta"].get("gpu") or {}).get("name")) for p in parts}
+    if len(gpus) > 1:
+        raise ValueError(f"the parts ran on different GPUs: {', '.join(sorted(gpus))}")
+    checks = [c for p in parts for c in p["checks"]]
+    names = [c["name"] for c in checks]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"checks in more than one part: {', '.join(twice)}")
+    checks.sort(key=lambda c: CHECKS.index(c["kind"]) if c["kind"] in CHECKS else len(CHECKS))
+    commits = sorted({p["meta"].get("git_commit") for p in parts if p["meta"].get("git_commit")})
+    meta = {**parts[0]["meta"], "command": "; ".join(p["meta"].get("command", "?") for p in parts)}
+    dates = [p["meta"]["date"] for p in parts if p["meta"].get("date")]
+    if dates:
+        meta["date"] = min(dates)  # when the run began
+    if len(commits) > 1:
+        meta["git_commit"] = " / ".join(commits)
+    return {"meta": meta, "checks": checks, "exit_code": exit_code(checks)}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--ddp-shim"]:  # a rank under torchrun (see run_ddp)
@@ -847,6 +877,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.worker:
         return _worker_main(args)
+    if args.merge:
+        try:
+            result = merge_parts([json.loads(f.read_text()) for f in args.merge])
+        except (OSError, ValueError, KeyError) as err:
+            parser.error(f"--merge: {err}")
+        return _finish(result, args)
     refusal = _cuda_refusal()
     if refusal:
         print(refusal, file=sys.stderr)
@@ -881,6 +917,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     result = {"meta": meta, "checks": [{**c, "status": check_status(c)} for c in checks], "exit_code": exit_code(checks)}
+    return _finish(result, args)
+
+
+def _finish(result: dict[str, Any], args: argparse.Namespace) -> int:
+    """Print the report (and the markdown section), write ``--json``; the exit code."""
     print("\n" + format_report(result))
     if args.markdown:
         print("\n" + markdown_section(result))

@@ -261,3 +261,33 @@ def test_recorded_gpu_run_is_the_section_in_benchmarks_md() -> None:
     if note.is_file():
         assert note.read_text().strip() + "\n\n" + section in (docs / "BENCHMARKS.md").read_text()
     assert result["exit_code"] == gc.exit_code(result["checks"])
+
+
+def test_merge_puts_a_run_made_in_parts_back_together(result: dict, tmp_path: Path) -> None:
+    """A run split by --checks (a lease's command limit) is one result again: the checks in the
+    order train, amp, infer, ddp, the earliest date, every command; a check in two parts is refused."""
+    train, oom, infer, ddp = result["checks"]
+    meta = result["meta"]
+    parts = [{"meta": {**meta, "date": "2026-12-01T10:05", "command": "c infer"}, "checks": [infer]},
+             {"meta": {**meta, "date": "2026-12-01T10:00", "command": "c ddp"}, "checks": [ddp]},
+             {"meta": {**meta, "date": "2026-12-01T10:09", "command": "c train"}, "checks": [train, oom]}]
+    merged = gc.merge_parts(parts)
+    assert [c["name"] for c in merged["checks"]] == ["train 4GiB", "train 8GiB", "infer lidc-idri-0001", "ddp 2 processes"]
+    assert merged["meta"]["date"] == "2026-12-01T10:00" and merged["meta"]["command"] == "c infer; c ddp; c train"
+    assert merged["exit_code"] == 1  # the 8 GiB plan ran out of memory in its part
+    with pytest.raises(ValueError, match="more than one part: infer lidc-idri-0001"):
+        gc.merge_parts([parts[0], parts[0]])
+    other = {"meta": {**meta, "gpu": {**meta["gpu"], "name": "Another GPU"}}, "checks": [ddp]}
+    with pytest.raises(ValueError, match="different GPUs"):
+        gc.merge_parts([parts[0], other])
+    files = []
+    for i, part in enumerate(parts):
+        files.append(tmp_path / f"part{i}.json")
+        files[-1].write_text(json.dumps(part))
+    out = tmp_path / "whole.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--merge", *map(str, files), "--json", str(out)], check=False,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and json.loads(out.read_text()) == json.loads(json.dumps(merged))
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--merge", str(files[0]), str(files[0])],
+                          check=False, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("gpu_check.py: error: --merge: checks in")
