@@ -26,7 +26,8 @@ from segpipe.infer.settings import load_network
 from segpipe.model import ModelHeader, any_lung, build_network, channel_probability_, save_model, sliding_window_probs
 from segpipe.refine import body_interior
 
-RULE_ORDER = ["dense_lung", "dense_to_wall", "pleural_air", "body", "airways", "fat", "edge_snap", "sides", "components"]
+RULE_ORDER = ["dense_lung", "dense_to_wall", "pleural_air", "body", "airways", "fat", "edge_snap", "sides", "components",
+              "gas"]
 ALWAYS_ON = {"body", "sides", "components"}
 
 
@@ -513,10 +514,11 @@ def test_a_side_needs_min_lung_ml_of_confident_coarse_lung(model_path: Path, mon
         infer.LungSegmenter.from_file(model_path, device="cpu", min_lung_ml=-1)
 
 
-def test_a_lung_the_scans_edge_cuts_needs_a_twentieth_of_min_lung_ml(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lung_the_scans_edge_cuts_needs_3_percent_of_min_lung_ml(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The lung bases at the top of an abdominal scan show only part of themselves: a side
-    whose coarse lung reaches a face of the scan counts with a twentieth of ``min_lung_ml``
-    (2.5 mL); the same small find inside the scan does not (bowel gas)."""
+    whose coarse lung reaches a face of the scan counts with 3 % of ``min_lung_ml`` (1.5 mL),
+    and under 5 % (2.5 mL) it is unsure (rule ``gas`` looks at it again); the same small find
+    inside the scan does not count (bowel gas)."""
     image, label = _coarse_phantom()
     hu = sitk.GetArrayFromImage(image)
     hu[38:, 4:36, 4:36] = 40.0  # the scan ends inside the body, as an abdominal scan's top does
@@ -536,12 +538,17 @@ def test_a_lung_the_scans_edge_cuts_needs_a_twentieth_of_min_lung_ml(model_path:
     hu[cut == 2] = -850.0
     image = spatial.copy_geometry(hu, image)
     at_edge, _ = _locate(seg, image, cut, cut > 0, monkeypatch)
-    assert set(at_edge.boxes) == {"right", "left"}
+    assert set(at_edge.boxes) == {"right", "left"} and at_edge.unsure_sides == frozenset()
+    small_cut = cut.copy()
+    small_cut[small_cut == 2] = 0
+    small_cut[38:40, 20:24, 24:28] = 2  # 32 voxels, 2.0 mL: above 1.5 mL, below 2.5 mL
+    unsure, _ = _locate(seg, image, small_cut, small_cut > 0, monkeypatch)
+    assert set(unsure.boxes) == {"right", "left"} and unsure.unsure_sides == frozenset({2})
     tiny = cut.copy()
     tiny[tiny == 2] = 0
-    tiny[38:40, 20:24, 24:28] = 2  # 32 voxels, 2.0 mL: below 2.5 mL
+    tiny[38:40, 20:22, 24:28] = 2  # 16 voxels, 1.0 mL: below 1.5 mL
     too_small, _ = _locate(seg, image, tiny, tiny > 0, monkeypatch)
-    assert set(too_small.boxes) == {"right"}
+    assert set(too_small.boxes) == {"right"} and too_small.unsure_sides == frozenset()
 
 
 def test_a_lone_lung_in_a_view_inside_the_body_takes_the_scanner_centres_side(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1143,7 +1150,7 @@ def test_unknown_rule_in_the_model_file_is_a_model_error(tmp_path: Path) -> None
 def test_rules_command_lists_the_steps_in_order(model_path: Path, fat_off_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rules", "--model", str(model_path)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 9
+    assert len(lines) == 10
     for i, (line, name) in enumerate(zip(lines, RULE_ORDER), 1):
         assert line.split()[:2] == [f"{i}.", name], line
         assert line.split()[3] == ("always" if name in ALWAYS_ON else "on" if _default_on(name) else "off"), line
@@ -1210,24 +1217,24 @@ def test_confident_parts_pool_the_pieces_of_a_base_that_the_scans_end_cuts() -> 
     left_vote[:, :, 20:] = True
     midline = 19.5
 
-    # the cut-lung share of 2000 mL is 100 mL: no piece alone, the two left ones together
-    assert not coarse.confident_parts(mask, confident, 1.0, 2000.0).any()
-    kept = coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, left_vote))
+    # the cut-lung share of 3000 mL is 90 mL: no piece alone, the two left ones together
+    assert not coarse.confident_parts(mask, confident, 1.0, 3000.0).any()
+    kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, left_vote))
     assert kept[28, 3, 27] and kept[28, 11, 34]
     assert not kept[28, 3, 4] and not kept[12, 3, 27] and kept.sum() == 120
     vote = left_vote.copy()
     vote[26:30, 10:13, 32:37] = False  # the network calls one of them right: no side, no pooling
-    assert not coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, vote)).any()
+    assert not coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, vote)).any()
     # where one piece is enough alone, the crescents beside it at the same end are that base's
-    # with a share of sure lung each (0.6 % of 2000 mL: 12 voxels); a speck is not
+    # with a share of sure lung each (0.6 % of 3000 mL: 18 voxels); a speck is not
     mask[20:30, 2:8, 25:30] = True  # the first left piece grows to 300 voxels
     mask[29, 16:18, 22:24] = True  # a left speck of 4 voxels at the top
     confident = mask.copy()
-    kept = coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, left_vote))
+    kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, left_vote))
     assert kept[28, 3, 27] and kept[28, 11, 34] and not kept[29, 16, 22] and kept.sum() == 360
     confident[26:30, 10:13, 32:37] = False  # the crescent beside it holds no sure lung: it stays out
     confident[29, 10:13, 32:34] = True  # (6 sure voxels)
-    kept = coarse.confident_parts(mask, confident, 1.0, 2000.0, side_of=lambda m: piece_side(m, midline, left_vote))
+    kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, left_vote))
     assert kept[28, 3, 27] and not kept[28, 11, 34] and kept.sum() == 300
 
 
@@ -1411,11 +1418,11 @@ def test_confident_parts_give_gas_at_the_scans_end_no_cut_lung_share() -> None:
     air[25:26, 12:16, 25:35] = True  # a fifth of the second: lung tissue
     left_vote = np.zeros(shape, bool)
     left_vote[:, :, 20:] = True
-    kept = coarse.confident_parts(mask, confident, 1.0, 5000.0, air=air, air_share=0.25)  # share: 250 mL
-    assert not kept.any()  # the gas needs the whole 5000 mL, the lung's 200 mL are under 250
-    assert coarse.confident_parts(mask, confident, 1.0, 5000.0)[27, 5, 30]  # without the guard the gas counts
-    pooled = coarse.confident_parts(mask, confident, 1.0, 5000.0, air=air, air_share=0.25,
+    kept = coarse.confident_parts(mask, confident, 1.0, 8000.0, air=air, air_share=0.25)  # share: 240 mL
+    assert not kept.any()  # the gas needs the whole 8000 mL, the lung's 200 mL are under 240
+    assert coarse.confident_parts(mask, confident, 1.0, 8000.0)[27, 5, 30]  # without the guard the gas counts
+    pooled = coarse.confident_parts(mask, confident, 1.0, 8000.0, air=air, air_share=0.25,
                                     side_of=lambda m: piece_side(m, 19.5, left_vote))
     assert not pooled.any()  # 200 mL of lung do not pool with 300 of gas
-    kept = coarse.confident_parts(mask, confident, 1.0, 4000.0, air=air, air_share=0.25)  # share: 200 mL
+    kept = coarse.confident_parts(mask, confident, 1.0, 6000.0, air=air, air_share=0.25)  # share: 180 mL
     assert kept[27, 14, 30] and not kept[27, 5, 30]

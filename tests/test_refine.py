@@ -5,6 +5,7 @@ runner run_rules and describe."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -809,6 +810,73 @@ def test_track_airways_stops_at_fragmented_dark_parenchyma() -> None:
     assert np.flatnonzero(small.any(axis=(1, 2))).tolist() == [air.shape[0] - 1]  # its top slice (the seed) only
 
 
+# ----------------------------------------------------------------------------- gas
+def _gas_case(seed: int = 0) -> tuple[np.ndarray, Callable[[frozenset[int]], ScanContext], list[int]]:
+    """A scan-grid region (1 mm voxels, the side boundary at x = 20): as the right lung a
+    crescent of aerated lung (-860 HU with noise, vessels at +40), as the left one a pocket of gas
+    (-1000 HU inside, a rim of partial volume with its wall); the context for a set of unsure
+    sides, and the log of the scan's reads."""
+    rng = np.random.default_rng(seed)
+    shape = (8, 30, 40)
+    hu = rng.normal(-860.0, 25.0, shape).astype(np.float32)
+    hu[:, ::5, ::5] = 40.0  # vessels
+    mask = np.zeros(shape, np.uint8)
+    mask[1:7, 5:25, 3:17] = 1
+    zz, yy, xx = np.mgrid[: shape[0], : shape[1], : shape[2]]
+    r = np.sqrt(((zz - 4) * 1.5) ** 2 + (yy - 15) ** 2 + (xx - 30) ** 2)
+    hu[(r < 8) & (xx >= 20)] = np.where(r < 6, rng.normal(-1000.0, 10.0, shape), -700.0)[(r < 8) & (xx >= 20)]
+    mask[(r < 8) & (xx >= 20)] = 2
+    geometry = spatial.Geometry(shape[::-1], (1.0, 1.0, 1.0), (0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0))
+    reads: list[int] = []
+
+    def ctx(unsure: frozenset[int]) -> ScanContext:
+        def scan_hu() -> np.ndarray:
+            reads.append(1)
+            return hu
+        return ScanContext(scan_hu=scan_hu, release_scan=lambda: None, spacing_xyz=(1.0, 1.0, 1.0),
+                           body=lambda z: np.ones(shape[1:], bool), airways=lambda z: np.zeros(shape[1:], bool),
+                           side_boundary=lambda z: np.full(shape[1], 20.0), geometry=geometry, offset_xyz=(0, 0, 0),
+                           found_sides=frozenset({1, 2}), unsure_sides=unsure)
+    return mask, ctx, reads
+
+
+def test_gas_drops_an_unsure_side_that_is_pure_air_and_keeps_unsure_lung() -> None:
+    from segpipe.refine import gas
+
+    mask, ctx, reads = _gas_case()
+    left, right = mask == 2, mask == 1
+    shares = gas.air_shares(mask, ctx(frozenset({1, 2})), {1, 2}, -980.0)
+    assert shares[1][1] == 0 and shares[1][0] == right.sum()  # aerated lung: none of it pure air
+    assert shares[2][0] == left.sum() and shares[2][1] > 0.25 * shares[2][0]  # gas: the inside of the pocket
+    out, report = gas.rule(mask.copy(), ctx(frozenset({1, 2})), gas.GasParams())
+    assert np.array_equal(out, np.where(right, 1, 0))  # the gas goes, the unsure lung stays
+    assert report.removed_ml == pytest.approx(left.sum() / 1000) and report.added_ml == 0
+    assert len(report.warnings) == 1 and report.warnings[0].startswith("dropped a ") and "left lung" in report.warnings[0]
+    assert "pure air" in report.warnings[0]
+    # a side the coarse stage was sure of is never touched, and with no unsure side the scan is not read
+    out, report = gas.rule(mask.copy(), ctx(frozenset({1})), gas.GasParams())
+    assert np.array_equal(out, mask) and report.removed_ml == 0 and report.warnings == ()
+    reads.clear()
+    out, report = gas.rule(mask.copy(), ctx(frozenset()), gas.GasParams())
+    assert np.array_equal(out, mask) and not reads
+    # the share is the parameter: a pocket of gas under it stays
+    out, _ = gas.rule(mask.copy(), ctx(frozenset({2})), gas.GasParams(max_air_share=0.9))
+    assert np.array_equal(out, mask)
+
+
+def test_gas_is_a_switchable_step_after_components() -> None:
+    from segpipe.refine import gas
+
+    mask, ctx, _ = _gas_case()
+    rules = RuleSet()
+    assert rules.enabled("gas") and rules.gas == gas.GasParams()
+    out, reports = run_rules("scan", mask.copy(), ctx(frozenset({2})), rules)
+    by_name = {r.name: r for r in reports}
+    assert by_name["gas"].removed_ml > 0 and not (out == 2).any() and (out == 1).sum() >= (mask == 1).sum()
+    out, reports = run_rules("scan", mask.copy(), ctx(frozenset({2})), rules.switched(off=["gas"]))
+    assert {r.name: r for r in reports}["gas"].enabled is False and (out == 2).sum() >= (mask == 2).sum() // 2
+
+
 # ----------------------------------------------------------------------------- fat is never lung
 def _slice_with_blobs(spacing: float) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """A 120 x 120 mm slice: soft tissue (+40 HU) with an ellipse of lung (-850 HU, noisy)
@@ -1309,12 +1377,14 @@ ALL_ON = RuleSet().switched(on=SWITCHABLE)  # every rule on, as the fine-grid te
 ALWAYS_ON = [s.name for s in STEPS if not s.switchable]
 
 
-def test_steps_are_nine_in_one_order() -> None:
+def test_steps_are_ten_in_one_order() -> None:
     assert [s.name for s in STEPS] == ["dense_lung", "dense_to_wall", "pleural_air", "body", "airways", "fat", "edge_snap",
-                                       "sides", "components"]
-    assert [s.grid for s in STEPS] == ["fine"] * 3 + ["scan"] * 6
+                                       "sides", "components", "gas"]
+    assert [s.grid for s in STEPS] == ["fine"] * 3 + ["scan"] * 7
     assert ALWAYS_ON == ["body", "sides", "components"]
-    assert [s.name for s in STEPS if s.reads_scan and s.grid == "scan"] == ["fat", "edge_snap"]
+    # the scan's voxels go after the last step that reads them (gas: only where the coarse stage was unsure of a side)
+    assert [s.name for s in STEPS if s.reads_scan and s.grid == "scan"] == ["fat", "edge_snap", "gas"]
+    assert [s.name for s in STEPS if s.reads_when] == ["gas"]
 
 
 def test_rule_set_defaults_round_trip_through_a_dict() -> None:
@@ -1342,7 +1412,7 @@ def test_rule_set_updated_switches_and_sets_parameters() -> None:
     assert new.pleural_air.min_ml == 20.0 and isinstance(new.pleural_air.min_ml, float)
     assert new.pleural_air == PleuralAirParams(min_ml=20.0)  # the other parameters stay
     assert new.dense_lung == DenseLungParams(enabled=False)
-    for name in ("dense_to_wall", "body", "airways", "fat", "edge_snap", "sides", "components"):
+    for name in ("dense_to_wall", "body", "airways", "fat", "edge_snap", "gas", "sides", "components"):
         assert getattr(new, name) == getattr(defaults, name), name
     assert defaults == ALL_ON and defaults.enabled("dense_lung")  # a copy: the original is frozen
     # changes build on the copy they are applied to
@@ -1590,7 +1660,7 @@ def test_run_rule_seton_the_scan_grid() -> None:
     mask = label.copy()
     out, reports = run_rules("scan", mask, ctx, RuleSet())
     assert out is mask  # in place: no copy of the scan's labels
-    assert [r.name for r in reports] == ["body", "airways", "fat", "edge_snap", "sides", "components"]
+    assert [r.name for r in reports] == ["body", "airways", "fat", "edge_snap", "sides", "components", "gas"]
     assert all(r.grid == "scan" and r.enabled and r.warnings == () for r in reports)
     expected, changes = _step_by_step("scan", label, _scan_context(hu, parts), RuleSet())
     np.testing.assert_array_equal(out, expected)
@@ -1604,6 +1674,7 @@ def test_run_rule_seton_the_scan_grid() -> None:
     assert by_name["fat"].added_ml == 0
     assert by_name["fat"].removed_ml == pytest.approx(parts["fat"].sum() * voxel_ml)  # the pad's volume
     assert by_name["edge_snap"].added_ml > 0  # the left lung's edge, back onto the scan's
+    assert by_name["gas"] == RuleReport("gas", "scan")  # the coarse stage was sure of both lungs
     assert by_name["sides"] == RuleReport("sides", "scan")  # labels change, the lung does not
     assert by_name["components"].added_ml == pytest.approx(parts["vessel"].sum() * voxel_ml)  # the hole filled
     assert by_name["components"].removed_ml == 0
@@ -1637,7 +1708,7 @@ def test_a_scan_rule_switched_off_leaves_the_mask_as_without_it(off: str) -> Non
     hu, label, parts = _scan_case()
     rule_set = RuleSet().switched(off=[off])
     out, reports = run_rules("scan", label.copy(), _scan_context(hu, parts), rule_set)
-    assert [r.name for r in reports] == ["body", "airways", "fat", "edge_snap", "sides", "components"]
+    assert [r.name for r in reports] == ["body", "airways", "fat", "edge_snap", "sides", "components", "gas"]
     assert [r.enabled for r in reports] == [r.name != off for r in reports]
     assert reports[[r.name for r in reports].index(off)] == RuleReport(off, "scan", enabled=False)
     expected, _ = _step_by_step("scan", label, _scan_context(hu, parts), rule_set)
@@ -1675,7 +1746,7 @@ def test_components_min_ml_reaches_the_scan_grid() -> None:
     before = int(np.count_nonzero(label))
     out, reports = run_rules("scan", label, ctx, RuleSet().updated({"components": {"min_ml": 1e6}}))
     assert not out.any()  # both lungs are below it
-    last = reports[-1]
+    last = reports[-2]
     assert last.name == "components" and len(last.warnings) == 2
     assert "removed a right lung" in last.warnings[0] and "removed a left lung" in last.warnings[1]
     assert last.added_ml == 0  # the hole it filled went with the lung
@@ -1683,7 +1754,7 @@ def test_components_min_ml_reaches_the_scan_grid() -> None:
 
 
 @pytest.mark.parametrize(("off", "after"), [
-    ((), "edge_snap"),
+    ((), "edge_snap"),  # gas reads the scan only where a side is unsure: none here
     (("fat",), "edge_snap"),
     (("edge_snap",), "fat"),
     (("fat", "edge_snap"), None),  # no step reads the scan: released before the first
@@ -1722,6 +1793,33 @@ def test_the_scan_is_released_once_after_its_last_reader(monkeypatch: pytest.Mon
     np.testing.assert_array_equal(out, expected)
 
 
+def test_the_scan_is_held_for_gas_only_where_a_side_is_unsure() -> None:
+    """Rule ``gas`` runs last and reads the scan for a side the coarse stage was unsure of: the
+    scan is released after it there, and after ``edge_snap`` elsewhere."""
+    import dataclasses
+
+    hu, label, parts = _scan_case()
+    for unsure, after in ((frozenset(), "edge_snap"), (frozenset({2}), "gas")):
+        events: list[str] = []
+        ctx = dataclasses.replace(_scan_context(hu, parts, events), unsure_sides=unsure)
+        _, reports = run_rules("scan", label.copy(), ctx, RuleSet())
+        names = [r.name for r in reports]
+        at = events.index("release")
+        assert events.count("release") == 1 and "read" not in events[at:]
+        # the steps that read: fat and edge_snap (per slice) and, for an unsure side, gas once more
+        if after == "gas":
+            assert names[-1] == "gas" and reports[-1].removed_ml == 0  # the left lung is lung, not gas
+            assert events.count("read") > _read_count_without_gas(hu, label, parts)
+        else:
+            assert events.count("read") == _read_count_without_gas(hu, label, parts)
+
+
+def _read_count_without_gas(hu: np.ndarray, label: np.ndarray, parts: dict[str, np.ndarray]) -> int:
+    events: list[str] = []
+    run_rules("scan", label.copy(), _scan_context(hu, parts, events), RuleSet().switched(off=["gas"]))
+    return events.count("read")
+
+
 def test_all_fine_rule_setoff_leave_the_network_lung() -> None:
     lung, ctx, _ = _fine_case()
     off = RuleSet().switched(off=["dense_lung", "dense_to_wall", "pleural_air"]).updated({"dense_lung": {"warn_ml": 0}})
@@ -1734,9 +1832,9 @@ def test_all_fine_rule_setoff_leave_the_network_lung() -> None:
 
 
 # ----------------------------------------------------------------------------- describe
-def test_describe_gives_nine_numbered_lines_in_order() -> None:
+def test_describe_gives_ten_numbered_lines_in_order() -> None:
     lines = describe(RuleSet())
-    assert len(lines) == 9
+    assert len(lines) == 10
     for i, (line, step) in enumerate(zip(lines, STEPS), 1):
         assert line.startswith(f"{i}. {step.name} "), line
         assert line.split()[2] == step.grid
@@ -1745,6 +1843,7 @@ def test_describe_gives_nine_numbered_lines_in_order() -> None:
     assert "[hu=-975.0, smooth_mm=1.0" in lines[2]  # the parameters, without "enabled"
     assert "enabled" not in "".join(lines)
     assert lines[8].endswith("[min_ml=1.0, min_support=0.5]")
+    assert lines[9].endswith("[air_hu=-980.0, max_air_share=0.1]")
     changed = describe(RuleSet().updated({"dense_lung": False, "pleural_air": {"min_ml": 20}}))
     assert changed[0].split()[3] == "off" and changed[2].split()[3] == "on" and "min_ml=20.0" in changed[2]
     assert changed[1:2] + changed[3:] == lines[1:2] + lines[3:]

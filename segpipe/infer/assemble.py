@@ -146,4 +146,5 @@ def scan_context(canvas: Canvas, source: ScanSource, coarse: CoarseResult, *, ke
         geometry=canvas.geometry, offset_xyz=canvas.offset,
         lung_support=lambda block: support[np.ix_(kc[block[0]], jc[block[1]], ic[block[2]])],
         found_sides=frozenset(int(v) for v in (1, 2) if (coarse.sides == v).any()),
+        unsure_sides=coarse.unsure_sides,
     )

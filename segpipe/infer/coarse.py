@@ -42,7 +42,8 @@ from segpipe.refine.spine import part_at_spine, spine_x
 __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
 SIDES = (("right", 1), ("left", 2))
-CUT_LUNG_SHARE = 0.05  # a lung the scan's edge cuts counts with this share of min_lung_ml (2.5 mL)
+CUT_LUNG_SHARE = 0.03  # a lung the scan's edge cuts counts with this share of min_lung_ml (1.5 mL)
+SURE_CUT_SHARE = 0.05  # ... and under this share (2.5 mL) its side is unsure: rule ``gas`` checks it on the scan's voxels
 BESIDE_SHARE = 0.006  # a cut piece beside a found base at the same end of the scan: this share of min_lung_ml (0.3 mL)
 INSIDE_SHARE = 0.5  # a find needs this share of its sure lung inside the body (not in the band beyond the skin)
 
@@ -231,6 +232,8 @@ class CoarseResult:
             ``None`` where the body meets no padding.
         spine_x_mm: the spine's physical x (canonical) where the side split used it (a view
             that cuts the body, ``sides.spine``; :func:`segpipe.refine.spine.spine_x`); else ``None``.
+        unsure_sides: the sides (1 right, 2 left) found only as a lung the scan's edge cuts
+            with less than :data:`SURE_CUT_SHARE` of ``min_lung_ml`` of sure lung (rule ``gas``).
     """
 
     geometry: spatial.Geometry
@@ -244,6 +247,7 @@ class CoarseResult:
     zooms: tuple[float, ...] = (1.0,)
     view_rim: np.ndarray | None = None
     spine_x_mm: float | None = None
+    unsure_sides: frozenset[int] = frozenset()
 
     def inside_on(self, grid: spatial.Geometry) -> np.ndarray:
         """The body less the airways, looked up (nearest voxel) on ``grid`` (canonical
@@ -366,9 +370,10 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     view_rim = _view_rim(body, padding)
     # a lung needs enough confident lung: smaller or unsure finds are gas in the bowel or
     # stomach. A lung the scan's edge cuts (the bases at the top of an abdominal scan, a slab)
-    # shows only part of itself, a few mL at the tip of a recess: a twentieth is enough, counted
-    # over the crescents of one side that the scan's end cuts, and only for lung tissue (gas
-    # is pure air, lung is not). Unsure finds go before the sides are split, so that larger
+    # shows only part of itself, a few mL at the tip of a recess: 3 % is enough, counted over the
+    # crescents of one side that the scan's end cuts, and only for lung tissue (gas is pure air,
+    # lung is not); under 5 % its side is unsure, and rule ``gas`` looks at it again on the
+    # scan's own voxels, where the inside of a gas pocket is pure air. Unsure finds go before the sides are split, so that larger
     # pockets of bowel gas do not take the place of a small base. The network's side only
     # confirms that pieces on one side of the body's midline are one lung that the scan's edge
     # cuts (a recess cut into pieces)
@@ -392,11 +397,15 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     if spine is not None:
         sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml)
     sides = join_cut_pieces(found, sides, midline_x, left_vote)
+    unsure = set()
     for value in (1, 2):
         side = sides == value
-        needed = s.min_lung_ml * (CUT_LUNG_SHARE if _at_edge(side, edge) else 1.0)
-        if np.count_nonzero(side & confident) * voxel_ml < needed:
+        cut = _at_edge(side, edge)
+        sure_ml = np.count_nonzero(side & confident) * voxel_ml
+        if sure_ml < s.min_lung_ml * (CUT_LUNG_SHARE if cut else 1.0):
             sides[side] = 0
+        elif cut and sure_ml < s.min_lung_ml * SURE_CUT_SHARE:
+            unsure.add(value)
     # the scan's last slice can look its body up in a coarse slice beyond the range (the network's lung likewise)
     sides, body = _on_grid(sides, zs, full_hu.shape), _on_grid(body, zs, full_hu.shape, repeat_to=near)
     view_rim = None if view_rim is None else _on_grid(view_rim, zs, full_hu.shape, repeat_to=near)
@@ -412,6 +421,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
         spatial.copy_geometry(np.asarray(_on_grid(lung[near], near, lung.shape), np.float32), coarse_img), sides, body, airways,
         boxes, padding_in_plane, zooms, view_rim,
         None if spine is None else round(float(coarse_img.TransformContinuousIndexToPhysicalPoint((spine, 0.0, 0.0))[0]), 1),
+        frozenset(unsure),
     )
     warnings = [] if boxes else ["no lung found: the scan may not include the chest; the mask is empty"]
     if len(boxes) == 1 and cues and cues[0] in WEAK_CUES:

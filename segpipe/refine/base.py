@@ -80,6 +80,8 @@ class ScanContext:
         found_sides: the sides (1 right, 2 left) of which the coarse stage found a lung
             (``None``: unknown). The coarse stage decides which lungs a scan holds; the fine
             stage only draws them, so lung on a side it did not find is not kept.
+        unsure_sides: the found sides of which the coarse stage was unsure: a lung the scan's
+            edge cuts, with little sure lung (rule ``gas`` checks them on the scan's voxels).
     """
 
     scan_hu: Callable[[], np.ndarray]
@@ -92,6 +94,7 @@ class ScanContext:
     offset_xyz: tuple[int, int, int]
     lung_support: Callable[[tuple[slice, slice, slice]], np.ndarray] | None = None
     found_sides: frozenset[int] | None = None
+    unsure_sides: frozenset[int] = frozenset()
 
     grid = "scan"
 

@@ -15,6 +15,7 @@ Order (docs/pipeline.md has the table):
  7         edge_snap      scan   aerated lung's edge moves onto the scan's air/tissue edge
  8         sides          scan   always on: right / left from physical geometry
  9         components     scan   always on: the lung pieces the coarse stage backs, holes
+10         gas            scan   a lung the coarse stage was unsure of goes where it is gas
 ========  ==============  =====  ==========================================================
 
 The fine-grid steps run on each fine region's lattice before its probabilities go back to the
@@ -33,7 +34,7 @@ import numpy as np
 
 from segpipe.config import from_dict, to_dict
 from segpipe.errors import ConfigError
-from segpipe.refine import airways, body, components, dense_lung, dense_to_wall, edge_snap, fat, pleural_air, sides
+from segpipe.refine import airways, body, components, dense_lung, dense_to_wall, edge_snap, fat, gas, pleural_air, sides
 from segpipe.refine.base import FineContext, RuleReport, ScanContext
 
 __all__ = ["Step", "STEPS", "RuleSet", "run_rules", "describe"]
@@ -43,7 +44,9 @@ __all__ = ["Step", "STEPS", "RuleSet", "run_rules", "describe"]
 class Step:
     """One clean-up step: its name, grid (``"fine"`` or ``"scan"``), entry point and whether
     it can be switched off; ``check`` (optional) runs instead of it when it is off and reports
-    what it would have done, leaving the mask alone."""
+    what it would have done, leaving the mask alone. ``reads_when`` (optional, scan grid): whether
+    it reads the scan's voxels for this context (the scan is released after the last step that
+    does, and one that reads it for few scans should not hold it for all)."""
 
     name: str
     grid: str
@@ -52,6 +55,7 @@ class Step:
     summary: str
     reads_scan: bool = True
     check: Callable[..., RuleReport] | None = None
+    reads_when: Callable[[ScanContext], bool] | None = None
 
 
 STEPS: tuple[Step, ...] = (
@@ -66,6 +70,8 @@ STEPS: tuple[Step, ...] = (
     Step("sides", "scan", sides.rule, False, "right / left from the boundary between the coarse stage's lungs", False),
     Step("components", "scan", components.rule, False, "the lung pieces the coarse stage supports, holes filled, tiny lungs dropped, label check",
          False),
+    Step("gas", "scan", gas.rule, True, "a lung the coarse stage was unsure of goes where it is pure air (bowel gas)",
+         reads_when=gas.reads_scan),
 )
 _BY_NAME = {s.name: s for s in STEPS}
 
@@ -88,6 +94,7 @@ class RuleSet:
     airways: airways.AirwaysParams = field(default_factory=airways.AirwaysParams)
     fat: fat.FatParams = field(default_factory=fat.FatParams)
     edge_snap: edge_snap.EdgeSnapParams = field(default_factory=edge_snap.EdgeSnapParams)
+    gas: gas.GasParams = field(default_factory=gas.GasParams)
     sides: sides.SidesParams = field(default_factory=sides.SidesParams)
     components: components.ComponentsParams = field(default_factory=components.ComponentsParams)
 
@@ -145,7 +152,12 @@ def run_rules(grid: str, mask: np.ndarray, ctx: FineContext | ScanContext, rules
     new mask and one report per step (switched-off steps report ``enabled: false``). On the
     scan grid, the scan's voxels are released as soon as no later step reads them."""
     steps = [s for s in STEPS if s.grid == grid]
-    last_reader = max((i for i, s in enumerate(steps) if s.reads_scan and (rules.enabled(s.name) or s.check)), default=-1)
+
+    def reads(s: Step) -> bool:
+        return s.reads_scan and (rules.enabled(s.name) or s.check is not None) and (
+            s.reads_when is None or not isinstance(ctx, ScanContext) or s.reads_when(ctx))
+
+    last_reader = max((i for i, s in enumerate(steps) if reads(s)), default=-1)
     reports = []
     if isinstance(ctx, ScanContext) and last_reader < 0:
         ctx.release_scan()
