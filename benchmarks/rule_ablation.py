@@ -16,7 +16,7 @@ reference) and the lung it removed.
 
 Usage::
 
-    python benchmarks/rule_ablation.py [--held-out 10] [--family-b 16] [--json out.json] [--model F]
+    python benchmarks/rule_ablation.py [--held-out 10] [--family-b 16] [--rules R ...] [--json out.json] [--model F]
 """
 
 from __future__ import annotations
@@ -35,7 +35,11 @@ from segpipe.metrics import dice
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SWITCHABLE = ("dense_lung", "dense_to_wall", "pleural_air", "airways", "fat", "edge_snap")
+def _switchable() -> tuple[str, ...]:
+    """The switchable steps of :data:`segpipe.refine.rules.STEPS`, in order."""
+    from segpipe.refine.rules import STEPS
+
+    return tuple(s.name for s in STEPS if s.switchable)
 
 
 def _cases(args: argparse.Namespace) -> dict[str, list[tuple[str, sitk.Image, sitk.Image | None]]]:
@@ -86,9 +90,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     load = (lambda **kw: LungSegmenter.from_file(args.model, **kw)) if args.model else LungSegmenter.default
     default = load().rules
+    switched = tuple(args.rules or _switchable())
     # each rule switched from its default: off where it is on, on where it is off
-    segs = {"all": load()} | {rule: load(rules={rule: not default.enabled(rule)}) for rule in SWITCHABLE}
-    results: dict[str, Any] = {"defaults": {rule: default.enabled(rule) for rule in SWITCHABLE}}
+    segs = {"all": load()} | {rule: load(rules={rule: not default.enabled(rule)}) for rule in switched}
+    results: dict[str, Any] = {"defaults": {rule: default.enabled(rule) for rule in switched}}
     for set_name, cases in _cases(args).items():
         rows = []
         min_ml = fov_consistency.MIN_REF_ML if set_name == "fov" else 0.0  # lungs scored (mL in the reference)
@@ -109,7 +114,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     entry["dice"] = [round(dice(p, r), 4) for p, r in refs if r.any() and r.sum() * voxel_ml >= min_ml]
                 row[key] = entry
             if ref_a is not None:  # what each rule itself changed, against the reference
-                for rule in SWITCHABLE:
+                for rule in switched:
                     with_rule, without = (lungs["all"], lungs[rule]) if default.enabled(rule) else (lungs[rule], lungs["all"])
                     row[rule]["non_lung_added_ml"] = round(float(np.count_nonzero(with_rule & ~without & (ref_a == 0))) * voxel_ml, 1)
                     row[rule]["lung_removed_ml"] = round(float(np.count_nonzero(without & ~with_rule & (ref_a > 0))) * voxel_ml, 1)
@@ -127,14 +132,14 @@ def _table(rows: list[dict[str, Any]], defaults: dict[str, bool]) -> dict[str, A
     added and removed where it ran (summed over the cases) and, against the references, the
     non-lung it added (the largest per case and the sum) and the lung it removed (sum)."""
     out = {}
-    for rule in SWITCHABLE:
+    for rule, is_on in defaults.items():
         on = [d for r in rows for d in r["all"].get("dice", [])]
         off = [d for r in rows for d in r[rule].get("dice", [])]
-        ran = "all" if defaults[rule] else rule  # the run in which the rule was on
+        ran = "all" if is_on else rule  # the run in which the rule was on
         added = sum(r[ran]["rules"][rule][0] for r in rows)
         removed = sum(r[ran]["rules"][rule][1] for r in rows)
         gain = max((b - a for r in rows for a, b in zip(r["all"].get("dice", []), r[rule].get("dice", []))), default=0.0)
-        out[rule] = {"default": "on" if defaults[rule] else "off",
+        out[rule] = {"default": "on" if is_on else "off",
                      "dice_default": round(float(np.mean(on)), 4) if on else None,
                      "dice_switched": round(float(np.mean(off)), 4) if off else None,
                      "largest_gain_switched": round(max(0.0, gain), 4), "added_ml": round(added, 1), "removed_ml": round(removed, 1)}
@@ -150,6 +155,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--held-out", type=int, default=10, help="held-out phantoms (default 10)")
     p.add_argument("--family-b", type=int, default=16, help="family-B cases (default 16)")
+    p.add_argument("--rules", nargs="+", choices=_switchable(), metavar="RULE",
+                   help=f"the rules to switch, one at a time (default all: {', '.join(_switchable())})")
     p.add_argument("--model", help="model file (default: the bundled model)")
     p.add_argument("--json", help="write everything here")
     args = p.parse_args()

@@ -113,8 +113,9 @@ def _add_infer(sub: argparse._SubParsersAction) -> None:
                    help="no window overlap in the fine stage and one coarse pass in a narrow view (faster, rougher); "
                         "--no-fast undoes a config's fast: true")
     p.add_argument("--min-lung-ml", type=_non_negative_float, default=None, metavar="ML",
-                   help="smallest lung (mL the coarse stage is sure of) that counts as found, a twentieth of it for a lung "
-                        "the scan's edge cuts; smaller finds are taken for bowel gas (default 50)")
+                   help="smallest lung (mL the coarse stage is sure of) that counts as found, 3%% of it for a lung "
+                        "the scan's edge cuts (rule gas checks those under 5%%); smaller finds are taken for bowel gas "
+                        "(default 50)")
     p.add_argument("--format", action="append", metavar="LIST",
                    help="output formats, a comma list of nifti (default), dicom-seg, rtstruct; the DICOM ones need a DICOM "
                         "series as input and write <name>_lungs_seg.dcm / <name>_lungs_rtstruct.dcm (docs/outputs.md)")

@@ -1,6 +1,7 @@
 """Each piece of the output mask (26-connected, on the scan's own grid) with what tells lung from
 gas: its volume, the share of its voxels below -980 HU (pure air), its HU percentiles, and how
-much of it is reference lung. Run with the cut-lung share patched in (``coarse.CUT_LUNG_SHARE``).
+much of it is reference lung; with rule ``gas`` off and the cut-lung share patched in
+(``coarse.CUT_LUNG_SHARE``).
 
     PYTHONPATH=benchmarks:experiments/2026-11-28-coarse-lung-end \\
         python experiments/2026-11-28-cut-gas/pieces.py SHARE SET out.jsonl
@@ -21,7 +22,7 @@ from segpipe import LungSegmenter, spatial
 
 C.CUT_LUNG_SHARE = float(sys.argv[1])
 which, out = sys.argv[2], open(sys.argv[3], "a")
-seg = LungSegmenter.default()
+seg = LungSegmenter.default(rules={"gas": False})  # what rule gas would look at
 
 
 def cases():  # (name, canonical image, canonical reference array or None)

@@ -2,7 +2,8 @@
 
 The whole scan is resampled to the coarse spacing (4 mm by default) and run through the coarse
 network. Its lung is split into the patient's right and left from geometry; a side counts only
-with ``min_lung_ml`` of confident lung (a twentieth where the scan's edge cuts it); each side's
+with ``min_lung_ml`` of confident lung (3 % where the scan's edge cuts it; under 5 % its side is
+unsure, and rule ``gas`` checks it on the scan's own voxels); each side's
 box (physical mm, with the training margin and one coarse voxel) is where the fine stage looks.
 The scan's edge is its array's faces, the scanner's padding and the blank slices at its ends.
 The body (inside the skin) and the trachea and main bronchi are found on the same grid: the
