@@ -8,9 +8,9 @@ lung; here, on the scan's own voxels (which show the inside of a gas pocket, whe
 grid averages it with the bowel's wall), that side's lung goes where ``max_air_share`` or more of
 it is pure air. Aerated lung is tissue and blood as well as air (-950..-700 HU): in the bases of
 real scans and in phantoms with emphysema under a tenth of it lies below -980 HU, in bowel gas a
-quarter or more. Sides the coarse stage was sure of are never touched. Runs last, on the lungs as they will be
-written (``components`` has dropped the pieces the coarse stage does not back); the scan's
-voxels are held for it only where a side is unsure.
+quarter or more. Sides the coarse stage was sure of are never touched. Runs last, on the lungs
+as they will be written (``components`` has dropped the pieces the coarse stage does not back);
+the scan's voxels are held for it only where a side is unsure.
 """
 
 from __future__ import annotations
@@ -74,7 +74,6 @@ def rule(mask: np.ndarray, ctx: ScanContext, p: GasParams) -> tuple[np.ndarray, 
     for v, (n, air) in sorted(air_shares(mask, ctx, ctx.unsure_sides, p.air_hu).items()):
         if n == 0 or air < p.max_air_share * n:
             continue
-
         mask[mask == v] = 0
         removed += n
         warnings.append(f"dropped a {n * ctx.voxel_ml:.1f} mL {SIDE_NAMES[v]} lung that the coarse stage was unsure of: "
