@@ -1222,6 +1222,9 @@ def test_confident_parts_pool_the_pieces_of_a_base_that_the_scans_end_cuts() -> 
     kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, left_vote))
     assert kept[28, 3, 27] and kept[28, 11, 34]
     assert not kept[28, 3, 4] and not kept[12, 3, 27] and kept.sum() == 120
+    # with the surer share (5 %: 150 mL) the two together are not enough: locate calls such a side unsure
+    assert not coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, left_vote),
+                                      share=coarse.SURE_CUT_SHARE).any()
     vote = left_vote.copy()
     vote[26:30, 10:13, 32:37] = False  # the network calls one of them right: no side, no pooling
     assert not coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, vote)).any()

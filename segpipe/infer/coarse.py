@@ -2,8 +2,8 @@
 
 The whole scan is resampled to the coarse spacing (4 mm by default) and run through the coarse
 network. Its lung is split into the patient's right and left from geometry; a side counts only
-with ``min_lung_ml`` of confident lung (3 % where the scan's edge cuts it; under 5 % its side is
-unsure, and rule ``gas`` checks it on the scan's own voxels); each side's
+with ``min_lung_ml`` of confident lung (3 % where the scan's edge cuts it; under 5 %, or where 5 %
+finds none of it, its side is unsure, and rule ``gas`` checks it on the scan's own voxels); each side's
 box (physical mm, with the training margin and one coarse voxel) is where the fine stage looks.
 The scan's edge is its array's faces, the scanner's padding and the blank slices at its ends.
 The body (inside the skin) and the trachea and main bronchi are found on the same grid: the
@@ -44,7 +44,7 @@ __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
 SIDES = (("right", 1), ("left", 2))
 CUT_LUNG_SHARE = 0.03  # a lung the scan's edge cuts counts with this share of min_lung_ml (1.5 mL)
-SURE_CUT_SHARE = 0.05  # ... and under this share (2.5 mL) its side is unsure: rule ``gas`` checks it on the scan's voxels
+SURE_CUT_SHARE = 0.05  # ... and under this share (2.5 mL), or where this share finds none of it, its side is unsure (rule ``gas``)
 BESIDE_SHARE = 0.006  # a cut piece beside a found base at the same end of the scan: this share of min_lung_ml (0.3 mL)
 INSIDE_SHARE = 0.5  # a find needs this share of its sure lung inside the body (not in the band beyond the skin)
 
@@ -69,9 +69,9 @@ def view_edge(hu_zyx: np.ndarray, padding: np.ndarray | None, p: BodyParams) -> 
 def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, min_ml: float, *,
                     air: np.ndarray | None = None, air_share: float = 0.25,
                     side_of: Callable[[np.ndarray], int] | None = None, inside: np.ndarray | None = None,
-                    edge: np.ndarray | None = None) -> np.ndarray:
+                    edge: np.ndarray | None = None, share: float = CUT_LUNG_SHARE) -> np.ndarray:
     """The components of the coarse lung ``mask`` (6-connected) that hold at least ``min_ml``
-    of ``confident`` lung, or :data:`CUT_LUNG_SHARE` of that where a component reaches the
+    of ``confident`` lung, or ``share`` (:data:`CUT_LUNG_SHARE`) of that where a component reaches the
     scan's edge (a face of the array, or ``edge``: :func:`view_edge`; a lung the view cuts
     shows only part of itself).
 
@@ -111,13 +111,13 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
                 if side:
                     groups.setdefault(side, []).append(int(i))
             for members in groups.values():
-                if sure_ml[members].max() < CUT_LUNG_SHARE * min_ml:  # none enough alone: together
+                if sure_ml[members].max() < share * min_ml:  # none enough alone: together
                     pooled[members] = sure_ml[members].sum()
                 else:  # a found base: the crescents beside it with some sure lung are its own
                     beside = [m for m in members if sure_ml[m] >= BESIDE_SHARE * min_ml]
-                    pooled[beside] = np.maximum(pooled[beside], CUT_LUNG_SHARE * min_ml)
+                    pooled[beside] = np.maximum(pooled[beside], share * min_ml)
         sure_ml = pooled
-    keep = (sure_ml >= np.where(cut, CUT_LUNG_SHARE * min_ml, min_ml)) & ~beyond
+    keep = (sure_ml >= np.where(cut, share * min_ml, min_ml)) & ~beyond
     keep[0] = False
     return keep[labels]
 
@@ -234,7 +234,8 @@ class CoarseResult:
         spine_x_mm: the spine's physical x (canonical) where the side split used it (a view
             that cuts the body, ``sides.spine``; :func:`segpipe.refine.spine.spine_x`); else ``None``.
         unsure_sides: the sides (1 right, 2 left) found only as a lung the scan's edge cuts
-            with less than :data:`SURE_CUT_SHARE` of ``min_lung_ml`` of sure lung (rule ``gas``).
+            with less than :data:`SURE_CUT_SHARE` of ``min_lung_ml`` of sure lung, or with none
+            of what that share finds (rule ``gas``).
     """
 
     geometry: spatial.Geometry
@@ -373,8 +374,9 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     # stomach. A lung the scan's edge cuts (the bases at the top of an abdominal scan, a slab)
     # shows only part of itself, a few mL at the tip of a recess: 3 % is enough, counted over the
     # crescents of one side that the scan's end cuts, and only for lung tissue (gas is pure air,
-    # lung is not); under 5 % its side is unsure, and rule ``gas`` looks at it again on the
-    # scan's own voxels, where the inside of a gas pocket is pure air. Unsure finds go before the sides are split, so that larger
+    # lung is not); under 5 % (or where 5 % finds none of it) its side is unsure, and rule ``gas``
+    # looks at it again on the scan's own voxels, where the inside of a gas pocket is pure air.
+    # Unsure finds go before the sides are split, so that larger
     # pockets of bowel gas do not take the place of a small base. The network's side only
     # confirms that pieces on one side of the body's midline are one lung that the scan's edge
     # cuts (a recess cut into pieces)
@@ -382,8 +384,11 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     midline_x = body_midline_x(hu, s.rules.body.hu)
     air = hu < s.rules.body.air_hu
     slack = skin_slack(body)
-    found = confident_parts(lung_z & slack, confident, voxel_ml, s.min_lung_ml, air=air, air_share=s.rules.body.air_share,
-                            side_of=lambda piece: piece_side(piece, midline_x, left_vote), inside=body, edge=edge)
+    parts = partial(confident_parts, lung_z & slack, confident, voxel_ml, s.min_lung_ml, air=air,
+                    air_share=s.rules.body.air_share, side_of=lambda piece: piece_side(piece, midline_x, left_vote),
+                    inside=body, edge=edge)
+    found = parts()
+    surely_found = parts(share=SURE_CUT_SHARE)  # what the surer share finds: a side with none of it is unsure
     outside = air & ~slack if edge is None else air & ~slack & ~edge  # the air beyond the skin, not the scanner's padding
     cues: list[str] = []
     view_side = body_cut_side(body, edge)
@@ -405,7 +410,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
         sure_ml = np.count_nonzero(side & confident) * voxel_ml
         if sure_ml < s.min_lung_ml * (CUT_LUNG_SHARE if cut else 1.0):
             sides[side] = 0
-        elif cut and sure_ml < s.min_lung_ml * SURE_CUT_SHARE:
+        elif cut and (sure_ml < s.min_lung_ml * SURE_CUT_SHARE or not (side & surely_found).any()):
             unsure.add(value)
     # the scan's last slice can look its body up in a coarse slice beyond the range (the network's lung likewise)
     sides, body = _on_grid(sides, zs, full_hu.shape), _on_grid(body, zs, full_hu.shape, repeat_to=near)

@@ -70,7 +70,7 @@ class LungSegmenter:
         progress: log each stage.
         min_lung_ml: a side counts as found only when the coarse network is confident
             (lung probability >= 0.9) on at least this volume of it (3 % of it for a lung that
-            the scan's edge cuts, checked for gas under 5 % by rule ``gas``); smaller or unsure
+            the scan's edge cuts, checked for gas by rule ``gas`` where 5 % would not find it); smaller or unsure
             finds are gas in the bowel or stomach of a scan without lungs, not lung.
         rules: changes to the clean-up rules stored in the model file: per rule name, ``False``
             / ``True`` (off / on) or a mapping of parameters (``segpipe rules`` lists them), or

@@ -4,7 +4,7 @@ The top of an abdominal scan or of a slab can cut a lung base to a crescent of w
 stage is sure of only a few mL; gas in the bowel or stomach at the same place can give as much.
 The coarse stage keeps such a cut find (:data:`segpipe.infer.coarse.CUT_LUNG_SHARE`) but marks
 its side unsure where it holds less than :data:`segpipe.infer.coarse.SURE_CUT_SHARE` of sure
-lung; here, on the scan's own voxels (which show the inside of a gas pocket, where the coarse
+lung or where that share finds none of it; here, on the scan's own voxels (which show the inside of a gas pocket, where the coarse
 grid averages it with the bowel's wall), that side's lung goes where ``max_air_share`` or more of
 it is pure air. Aerated lung is tissue and blood as well as air (-950..-700 HU): in the bases of
 real scans and in phantoms with emphysema under a tenth of it lies below -980 HU, in bowel gas a
