@@ -376,10 +376,9 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     # crescents of one side that the scan's end cuts, and only for lung tissue (gas is pure air,
     # lung is not); under 5 % (or where 5 % finds none of it) its side is unsure, and rule ``gas``
     # looks at it again on the scan's own voxels, where the inside of a gas pocket is pure air.
-    # Unsure finds go before the sides are split, so that larger
-    # pockets of bowel gas do not take the place of a small base. The network's side only
-    # confirms that pieces on one side of the body's midline are one lung that the scan's edge
-    # cuts (a recess cut into pieces)
+    # Unsure finds go before the sides are split, so that larger pockets of bowel gas do not take
+    # the place of a small base. The network's side only confirms that pieces on one side of the
+    # body's midline are one lung that the scan's edge cuts (a recess cut into pieces)
     voxel_ml = spatial.voxel_volume_ml(coarse_img)
     midline_x = body_midline_x(hu, s.rules.body.hu)
     air = hu < s.rules.body.air_hu

@@ -4,9 +4,9 @@ The top of an abdominal scan or of a slab can cut a lung base to a crescent of w
 stage is sure of only a few mL; gas in the bowel or stomach at the same place can give as much.
 The coarse stage keeps such a cut find (:data:`segpipe.infer.coarse.CUT_LUNG_SHARE`) but marks
 its side unsure where it holds less than :data:`segpipe.infer.coarse.SURE_CUT_SHARE` of sure
-lung or where that share finds none of it; here, on the scan's own voxels (which show the inside of a gas pocket, where the coarse
-grid averages it with the bowel's wall), that side's lung goes where ``max_air_share`` or more of
-it is pure air. Aerated lung is tissue and blood as well as air (-950..-700 HU): in the bases of
+lung or where that share finds none of it; here, on the scan's own voxels (which show the inside
+of a gas pocket, where the coarse grid averages it with the bowel's wall), that side's lung goes
+where ``max_air_share`` or more of it is pure air. Aerated lung is tissue and blood as well as air (-950..-700 HU): in the bases of
 real scans and in phantoms with emphysema under a tenth of it lies below -980 HU, in bowel gas a
 quarter or more. Sides the coarse stage was sure of are never touched. Runs last, on the lungs
 as they will be written (``components`` has dropped the pieces the coarse stage does not back);
@@ -23,9 +23,6 @@ from segpipe.refine._util import map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
 
 __all__ = ["GasParams", "air_shares", "reads_scan", "rule"]
-
-SIDE_NAMES = {1: "right", 2: "left"}
-
 
 @dataclass(frozen=True)
 class GasParams:
@@ -76,6 +73,7 @@ def rule(mask: np.ndarray, ctx: ScanContext, p: GasParams) -> tuple[np.ndarray, 
             continue
         mask[mask == v] = 0
         removed += n
-        warnings.append(f"dropped a {n * ctx.voxel_ml:.1f} mL {SIDE_NAMES[v]} lung that the coarse stage was unsure of: "
+        side = ("right", "left")[v - 1]
+        warnings.append(f"dropped a {n * ctx.voxel_ml:.1f} mL {side} lung that the coarse stage was unsure of: "
                         f"{100 * air / n:.0f} % of it is pure air (gas in the bowel or stomach, not lung)")
     return mask, RuleReport.of("gas", ctx, removed=removed, warnings=warnings)

@@ -94,9 +94,9 @@ class RuleSet:
     airways: airways.AirwaysParams = field(default_factory=airways.AirwaysParams)
     fat: fat.FatParams = field(default_factory=fat.FatParams)
     edge_snap: edge_snap.EdgeSnapParams = field(default_factory=edge_snap.EdgeSnapParams)
-    gas: gas.GasParams = field(default_factory=gas.GasParams)
     sides: sides.SidesParams = field(default_factory=sides.SidesParams)
     components: components.ComponentsParams = field(default_factory=components.ComponentsParams)
+    gas: gas.GasParams = field(default_factory=gas.GasParams)
 
     def enabled(self, name: str) -> bool:
         """Whether step ``name`` runs (always-on steps always do)."""
