@@ -1241,6 +1241,38 @@ def test_confident_parts_pool_the_pieces_of_a_base_that_the_scans_end_cuts() -> 
     assert kept[28, 3, 27] and not kept[28, 11, 34] and kept.sum() == 300
 
 
+def test_confident_parts_keep_a_split_vote_crescent_beside_a_found_base() -> None:
+    """The front of a left base beside the heart, whose side vote is split: beside a left base
+    that the scan's last slice cuts and that is enough alone, it is kept with some sure lung
+    where ``beside_of`` (:func:`segpipe.refine.lying_side`) puts it on the left; it is not
+    pooled to make a base where none is enough alone, and one the vote calls right stays out."""
+    from segpipe.refine import lying_side, piece_side
+
+    shape = (30, 20, 40)
+    mask = np.zeros(shape, bool)
+    mask[20:30, 8:16, 26:36] = True  # a left base enough alone: 800 voxels
+    mask[26:30, 1:4, 21:25] = True  # its front: 48 voxels
+    confident = mask.copy()
+    left_vote = np.zeros(shape, bool)
+    left_vote[:, :, 20:] = True
+    left_vote[26:30, 1:3, 21:25] = False  # two thirds of the front vote right
+    midline = 19.5
+    side_of = lambda m: piece_side(m, midline, left_vote)  # noqa: E731
+    beside_of = lambda m: lying_side(m, midline, left_vote)  # noqa: E731
+    kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=side_of)
+    assert kept[25, 10, 30] and not kept[28, 2, 22]
+    kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=side_of, beside_of=beside_of)
+    assert kept[25, 10, 30] and kept[28, 2, 22] and kept.sum() == 848
+    base_small = mask.copy()
+    base_small[20:26] = False  # the base's part in the top slices only (320 voxels): not enough alone
+    assert not coarse.confident_parts(base_small, base_small, 1.0, 12000.0, side_of=side_of, beside_of=beside_of).any()
+    vote = left_vote.copy()
+    vote[26:30, 1:4, 21:25] = False  # the front votes right: it stays out
+    kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, vote),
+                                  beside_of=lambda m: lying_side(m, midline, vote))
+    assert kept[25, 10, 30] and not kept[28, 2, 22]
+
+
 def test_confident_parts_leave_out_a_find_beyond_the_skin() -> None:
     """A lung lies within the body: a find with most of its sure lung in the band of one voxel
     beyond the skin (a mattress of lung's density under the back, cut by the scan's sides and

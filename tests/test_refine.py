@@ -26,7 +26,7 @@ from segpipe.refine.edge_snap import EdgeSnapParams, snap_edges, snap_label_edge
 from segpipe.refine.fat import FatParams, clear_fat, fat_in_lung
 from segpipe.refine.pleural_air import PleuralAirParams, pleural_air
 from segpipe.refine.rules import STEPS, RuleSet, describe, run_rules
-from segpipe.refine.sides import join_cut_pieces, side_boundary, split_sides
+from segpipe.refine.sides import join_cut_pieces, piece_side, side_boundary, split_sides
 
 
 def _image(array: np.ndarray, orientation: str = "LPS") -> sitk.Image:
@@ -567,6 +567,37 @@ def test_further_pieces_the_scans_end_cuts_off_join_their_lung() -> None:
     np.testing.assert_array_equal(joined[sides > 0], sides[sides > 0])  # nothing re-sided
     whole = _lungs()  # two whole lungs: nothing to join
     np.testing.assert_array_equal(join_cut_pieces(whole > 0, whole, 19.5, whole == 2), whole)
+
+
+def test_a_piece_whose_side_vote_is_split_joins_the_base_on_its_side() -> None:
+    """The front of a left base beside the heart, cut off by the scan's top slice, where the
+    network's side vote is split: nine tenths of it on the left of the midline and the vote not
+    clearly right (:func:`lying_side`), it joins the left base that the same slice cuts; a piece
+    that the vote clearly calls right does not, and neither joins where no left base reaches that slice."""
+    from segpipe.refine.sides import lying_side
+
+    lungs = np.zeros((20, 30, 40), bool)
+    lungs[14:20, 15:28, 26:36] = True  # left base, posterior and lateral
+    lungs[16:20, 2:6, 21:25] = True  # its front, beside the heart
+    lungs[16:20, 2:6, 28:32] = True  # a second front piece, the vote clearly right
+    lungs[14:20, 12:20, 2:12] = True  # right base
+    left_vote = np.zeros(lungs.shape, bool)
+    left_vote[:, :, 20:] = True
+    left_vote[16:20, 2:4, 21:25] = False  # half of the first front piece votes right
+    left_vote[16:20, 2:6, 28:32] = False
+    left_vote[16:20, 2:3, 28:32] = True  # a quarter of the second votes left
+    front, other = np.zeros(lungs.shape, bool), np.zeros(lungs.shape, bool)
+    front[16:20, 2:6, 21:25] = True
+    other[16:20, 2:6, 28:32] = True
+    assert lying_side(front, 19.5, left_vote) == 2 and piece_side(front, 19.5, left_vote) == 0
+    assert lying_side(other, 19.5, left_vote) == 0
+    assert lying_side(lungs[:, :, :] & (np.arange(40) < 12)[None, None, :], 19.5, left_vote) == 1
+    sides = split_sides(lungs, midline_x=19.5, left_vote=left_vote)
+    assert (sides[14:20, 15:28, 26:36] == 2).all() and (sides[14:20, 12:20, 2:12] == 1).all()
+    joined = join_cut_pieces(lungs, sides, 19.5, left_vote)
+    assert (joined[front] == 2).all() and not joined[other].any()
+    no_left = np.where(sides == 2, 0, sides).astype(np.uint8)  # no left base at that slice: nothing to join
+    assert not join_cut_pieces(lungs, no_left, 19.5, left_vote)[front].any()
 
 
 def test_body_interior_holds_the_lungs_not_the_air_around_the_patient() -> None:

@@ -29,6 +29,7 @@ from segpipe.refine import (
     body_midline_x,
     coarse_airways,
     join_cut_pieces,
+    lying_side,
     padding_of,
     piece_side,
     side_boundary,
@@ -68,8 +69,9 @@ def view_edge(hu_zyx: np.ndarray, padding: np.ndarray | None, p: BodyParams) -> 
 
 def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, min_ml: float, *,
                     air: np.ndarray | None = None, air_share: float = 0.25,
-                    side_of: Callable[[np.ndarray], int] | None = None, inside: np.ndarray | None = None,
-                    edge: np.ndarray | None = None, share: float = CUT_LUNG_SHARE) -> np.ndarray:
+                    side_of: Callable[[np.ndarray], int] | None = None, beside_of: Callable[[np.ndarray], int] | None = None,
+                    inside: np.ndarray | None = None, edge: np.ndarray | None = None,
+                    share: float = CUT_LUNG_SHARE) -> np.ndarray:
     """The components of the coarse lung ``mask`` (6-connected) that hold at least ``min_ml``
     of ``confident`` lung, or ``share`` (:data:`CUT_LUNG_SHARE`) of that where a component reaches the
     scan's edge (a face of the array, or ``edge``: :func:`view_edge`; a lung the view cuts
@@ -83,7 +85,9 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
     none of them is enough alone: the end of the scan's range can cut a small base into
     crescents of the recess around the dome. Where one piece is enough, the others beside it
     (the lateral and posterior crescents of a base whose front piece was found) need
-    :data:`BESIDE_SHARE` of ``min_ml`` each, to leave out specks. Given the body itself as
+    :data:`BESIDE_SHARE` of ``min_ml`` each, to leave out specks; with ``beside_of`` (a weaker
+    side: :func:`segpipe.refine.lying_side`) so do the cut pieces at that end that it puts on
+    the found side (the front of a left base beside the heart, whose side vote is split). Given the body itself as
     ``inside`` (``mask`` may reach a voxel beyond it, for partial volume at the skin), a
     component with less than :data:`INSIDE_SHARE` of its confident lung inside it counts for
     nothing: a lung lies within the body, and a find in the band beyond the skin is a mattress
@@ -105,15 +109,18 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
     if side_of is not None:
         pooled = sure_ml.copy()
         for end in (0, -1):  # the scan's first and last slice
+            at_end = [int(i) for i in np.unique(labels[end][labels[end] > 0]) if cut[i]]
             groups: dict[int, list[int]] = {}
-            for i in np.unique(labels[end][labels[end] > 0]):
-                side = side_of(labels == i) if cut[i] else 0
+            for i in at_end:
+                side = side_of(labels == i)
                 if side:
-                    groups.setdefault(side, []).append(int(i))
-            for members in groups.values():
+                    groups.setdefault(side, []).append(i)
+            for side, members in groups.items():
                 if sure_ml[members].max() < share * min_ml:  # none enough alone: together
                     pooled[members] = sure_ml[members].sum()
                 else:  # a found base: the crescents beside it with some sure lung are its own
+                    if beside_of is not None:
+                        members = [i for i in at_end if i in members or beside_of(labels == i) == side]
                     beside = [m for m in members if sure_ml[m] >= BESIDE_SHARE * min_ml]
                     pooled[beside] = np.maximum(pooled[beside], share * min_ml)
         sure_ml = pooled
@@ -385,6 +392,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     slack = skin_slack(body)
     parts = partial(confident_parts, lung_z & slack, confident, voxel_ml, s.min_lung_ml, air=air,
                     air_share=s.rules.body.air_share, side_of=lambda piece: piece_side(piece, midline_x, left_vote),
+                    beside_of=lambda piece: lying_side(piece, midline_x, left_vote),
                     inside=body, edge=edge)
     found = parts()
     surely_found = parts(share=SURE_CUT_SHARE)  # what the surer share finds: a side with none of it is unsure

@@ -17,7 +17,7 @@ from segpipe.refine._util import component_sizes, label, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
 from segpipe.refine.columns import split_single
 
-__all__ = ["SidesParams", "split_sides", "piece_side", "flank_side", "beyond_centre", "joined_lungs", "join_cut_pieces",
+__all__ = ["SidesParams", "split_sides", "piece_side", "lying_side", "flank_side", "beyond_centre", "joined_lungs", "join_cut_pieces",
            "side_boundary", "rule"]
 
 
@@ -170,6 +170,16 @@ def piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray, vote: 
     and ``vote`` of it (default as much) is that side by ``left_vote``; 0 otherwise."""
     share, left = _left_share(mask, midline_x), float(left_vote[mask].mean())
     return 2 if share > 0.9 and left > vote else 1 if share < 0.1 and left < 1.0 - vote else 0
+
+
+def lying_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int:
+    """1 (right) or 2 (left) where nine tenths of ``mask`` lie on that side of ``midline_x`` and
+    ``left_vote`` does not clearly (:data:`CLEAR_VOTE`) put it on the other; 0 otherwise. Weaker
+    than :func:`piece_side`: for a piece beside a lung already found on that side at the same
+    end of the scan, where the network's side vote is split (the front of the left base, beside
+    the heart)."""
+    share, left = _left_share(mask, midline_x), float(left_vote[mask].mean())
+    return 2 if share > 0.9 and left > 1.0 - CLEAR_VOTE else 1 if share < 0.1 and left < CLEAR_VOTE else 0
 
 
 def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None,
@@ -343,8 +353,8 @@ def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left
     pieces; :func:`split_sides` sides only two. A further component of ``found`` (boolean
     ``(z, y, x)``, canonical LPS) joins the lung of side ``s`` of ``sides`` when it reaches the
     first or the last slice that a piece of that lung reaches too, and nine tenths of it lie on
-    that side of ``midline_x`` and are that side by ``left_vote`` (both, as in
-    :func:`split_sides`). In-plane cuts of the field of view do not join pieces: a strip of the
+    that side of ``midline_x`` without ``left_vote`` clearly putting it on the other
+    (:func:`lying_side`). In-plane cuts of the field of view do not join pieces: a strip of the
     view's edge is not taken for a lung beside it. Returns a new array."""
     out = sides.copy()
     labels, n = label(found & (sides == 0))
@@ -353,7 +363,7 @@ def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left
     for end in (0, -1):  # the scan's first and last slice
         for i in np.unique(labels[end][labels[end] > 0]):
             piece = labels == i
-            side = piece_side(piece, midline_x, left_vote)
+            side = lying_side(piece, midline_x, left_vote)
             if side and (sides[end] == side).any() and not out[piece].any():
                 out[piece] = side
     return out
