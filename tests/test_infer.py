@@ -1244,9 +1244,9 @@ def test_confident_parts_pool_the_pieces_of_a_base_that_the_scans_end_cuts() -> 
 def test_confident_parts_keep_a_split_vote_crescent_beside_a_found_base() -> None:
     """The front of a left base beside the heart, whose side vote is split: beside a left base
     that the scan's last slice cuts and that is enough alone, it is kept with some sure lung
-    where ``beside_of`` (:func:`segpipe.refine.lying_side`) puts it on the left; it is not
+    where ``beside_of`` (:func:`segpipe.refine.end_piece_side`) puts it on the left; it is not
     pooled to make a base where none is enough alone, and one the vote calls right stays out."""
-    from segpipe.refine import lying_side, piece_side
+    from segpipe.refine import end_piece_side, piece_side
 
     shape = (30, 20, 40)
     mask = np.zeros(shape, bool)
@@ -1258,7 +1258,7 @@ def test_confident_parts_keep_a_split_vote_crescent_beside_a_found_base() -> Non
     left_vote[26:30, 1:3, 21:25] = False  # two thirds of the front vote right
     midline = 19.5
     side_of = lambda m: piece_side(m, midline, left_vote)  # noqa: E731
-    beside_of = lambda m: lying_side(m, midline, left_vote)  # noqa: E731
+    beside_of = lambda m: end_piece_side(m, midline, left_vote)  # noqa: E731
     kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=side_of)
     assert kept[25, 10, 30] and not kept[28, 2, 22]
     kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=side_of, beside_of=beside_of)
@@ -1269,7 +1269,7 @@ def test_confident_parts_keep_a_split_vote_crescent_beside_a_found_base() -> Non
     vote = left_vote.copy()
     vote[26:30, 1:4, 21:25] = False  # the front votes right: it stays out
     kept = coarse.confident_parts(mask, confident, 1.0, 3000.0, side_of=lambda m: piece_side(m, midline, vote),
-                                  beside_of=lambda m: lying_side(m, midline, vote))
+                                  beside_of=lambda m: end_piece_side(m, midline, vote))
     assert kept[25, 10, 30] and not kept[28, 2, 22]
 
 

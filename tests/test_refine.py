@@ -573,29 +573,37 @@ def test_a_piece_whose_side_vote_is_split_joins_the_base_on_its_side() -> None:
     """The front of a left base beside the heart, cut off by the scan's top slice, where the
     network's side vote is split: nine tenths of it on the left of the midline and the vote not
     clearly right (:func:`lying_side`), it joins the left base that the same slice cuts; a piece
-    that the vote clearly calls right does not, and neither joins where no left base reaches that slice."""
-    from segpipe.refine.sides import lying_side
+    that the vote clearly calls right does not, nor one with a split vote at the view's side
+    edge (air beyond the skin there can look like lung), and none joins where no left base
+    reaches that slice."""
+    from segpipe.refine.sides import end_piece_side, lying_side
 
     lungs = np.zeros((20, 30, 40), bool)
     lungs[14:20, 15:28, 26:36] = True  # left base, posterior and lateral
     lungs[16:20, 2:6, 21:25] = True  # its front, beside the heart
     lungs[16:20, 2:6, 28:32] = True  # a second front piece, the vote clearly right
     lungs[14:20, 12:20, 2:12] = True  # right base
+    lungs[16:20, 8:11, 37:40] = True  # at the view's side edge, its vote split
     left_vote = np.zeros(lungs.shape, bool)
     left_vote[:, :, 20:] = True
     left_vote[16:20, 2:4, 21:25] = False  # half of the first front piece votes right
     left_vote[16:20, 2:6, 28:32] = False
     left_vote[16:20, 2:3, 28:32] = True  # a quarter of the second votes left
+    left_vote[16:20, 8:10, 37:40] = False
     front, other = np.zeros(lungs.shape, bool), np.zeros(lungs.shape, bool)
     front[16:20, 2:6, 21:25] = True
     other[16:20, 2:6, 28:32] = True
     assert lying_side(front, 19.5, left_vote) == 2 and piece_side(front, 19.5, left_vote) == 0
     assert lying_side(other, 19.5, left_vote) == 0
+    rim = np.zeros(lungs.shape, bool)
+    rim[16:20, 8:11, 37:40] = True
+    assert lying_side(rim, 19.5, left_vote) == 2 and end_piece_side(rim, 19.5, left_vote) == 0
+    assert end_piece_side(front, 19.5, left_vote) == 2
     assert lying_side(lungs[:, :, :] & (np.arange(40) < 12)[None, None, :], 19.5, left_vote) == 1
     sides = split_sides(lungs, midline_x=19.5, left_vote=left_vote)
     assert (sides[14:20, 15:28, 26:36] == 2).all() and (sides[14:20, 12:20, 2:12] == 1).all()
     joined = join_cut_pieces(lungs, sides, 19.5, left_vote)
-    assert (joined[front] == 2).all() and not joined[other].any()
+    assert (joined[front] == 2).all() and not joined[other].any() and not joined[rim].any()
     no_left = np.where(sides == 2, 0, sides).astype(np.uint8)  # no left base at that slice: nothing to join
     assert not join_cut_pieces(lungs, no_left, 19.5, left_vote)[front].any()
 

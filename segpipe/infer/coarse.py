@@ -28,8 +28,8 @@ from segpipe.refine import (
     body_in_view,
     body_midline_x,
     coarse_airways,
+    end_piece_side,
     join_cut_pieces,
-    lying_side,
     padding_of,
     piece_side,
     side_boundary,
@@ -86,7 +86,7 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
     crescents of the recess around the dome. Where one piece is enough, the others beside it
     (the lateral and posterior crescents of a base whose front piece was found) need
     :data:`BESIDE_SHARE` of ``min_ml`` each, to leave out specks; with ``beside_of`` (a weaker
-    side: :func:`segpipe.refine.lying_side`) so do the cut pieces at that end that it puts on
+    side: :func:`segpipe.refine.end_piece_side`) so do the cut pieces at that end that it puts on
     the found side (the front of a left base beside the heart, whose side vote is split). Given the body itself as
     ``inside`` (``mask`` may reach a voxel beyond it, for partial volume at the skin), a
     component with less than :data:`INSIDE_SHARE` of its confident lung inside it counts for
@@ -392,7 +392,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     slack = skin_slack(body)
     parts = partial(confident_parts, lung_z & slack, confident, voxel_ml, s.min_lung_ml, air=air,
                     air_share=s.rules.body.air_share, side_of=lambda piece: piece_side(piece, midline_x, left_vote),
-                    beside_of=lambda piece: lying_side(piece, midline_x, left_vote),
+                    beside_of=lambda piece: end_piece_side(piece, midline_x, left_vote),
                     inside=body, edge=edge)
     found = parts()
     surely_found = parts(share=SURE_CUT_SHARE)  # what the surer share finds: a side with none of it is unsure

@@ -17,7 +17,7 @@ from segpipe.refine._util import component_sizes, label, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
 from segpipe.refine.columns import split_single
 
-__all__ = ["SidesParams", "split_sides", "piece_side", "lying_side", "flank_side", "beyond_centre", "joined_lungs", "join_cut_pieces",
+__all__ = ["SidesParams", "split_sides", "piece_side", "lying_side", "end_piece_side", "flank_side", "beyond_centre", "joined_lungs", "join_cut_pieces",
            "side_boundary", "rule"]
 
 
@@ -180,6 +180,15 @@ def lying_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int
     the heart)."""
     share, left = _left_share(mask, midline_x), float(left_vote[mask].mean())
     return 2 if share > 0.9 and left > 1.0 - CLEAR_VOTE else 1 if share < 0.1 and left < CLEAR_VOTE else 0
+
+
+def end_piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int:
+    """The side of a piece that the scan's first or last slice cuts, to join the lung of that
+    side at the same end: :func:`lying_side` inside the view, :func:`piece_side` where it also
+    reaches an in-plane face of the array (the view's side edge, where air beyond the skin or a
+    mattress can look like lung to the coarse stage: there the vote must confirm it)."""
+    inplane = bool(mask[:, 0].any() or mask[:, -1].any() or mask[:, :, 0].any() or mask[:, :, -1].any())
+    return (piece_side if inplane else lying_side)(mask, midline_x, left_vote)
 
 
 def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None,
@@ -353,8 +362,8 @@ def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left
     pieces; :func:`split_sides` sides only two. A further component of ``found`` (boolean
     ``(z, y, x)``, canonical LPS) joins the lung of side ``s`` of ``sides`` when it reaches the
     first or the last slice that a piece of that lung reaches too, and nine tenths of it lie on
-    that side of ``midline_x`` without ``left_vote`` clearly putting it on the other
-    (:func:`lying_side`). In-plane cuts of the field of view do not join pieces: a strip of the
+    that side of ``midline_x`` without ``left_vote`` clearly putting it on the other, or
+    confirming it where the piece reaches an in-plane face too (:func:`end_piece_side`). In-plane cuts of the field of view do not join pieces: a strip of the
     view's edge is not taken for a lung beside it. Returns a new array."""
     out = sides.copy()
     labels, n = label(found & (sides == 0))
@@ -363,7 +372,7 @@ def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left
     for end in (0, -1):  # the scan's first and last slice
         for i in np.unique(labels[end][labels[end] > 0]):
             piece = labels == i
-            side = lying_side(piece, midline_x, left_vote)
+            side = end_piece_side(piece, midline_x, left_vote)
             if side and (sides[end] == side).any() and not out[piece].any():
                 out[piece] = side
     return out
