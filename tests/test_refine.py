@@ -599,6 +599,10 @@ def test_a_piece_whose_side_vote_is_split_joins_the_base_on_its_side() -> None:
     rim[16:20, 8:11, 37:40] = True
     assert lying_side(rim, 19.5, left_vote) == 2 and end_piece_side(rim, 19.5, left_vote) == 0
     assert end_piece_side(front, 19.5, left_vote) == 2
+    circle = np.zeros(lungs.shape, bool)
+    circle[:, 0:3, 20:26] = True  # the scanner's circle beside the front piece: the view's edge there
+    assert end_piece_side(front, 19.5, left_vote, circle) == 0
+    assert not join_cut_pieces(lungs, split_sides(lungs, midline_x=19.5, left_vote=left_vote), 19.5, left_vote, circle)[front].any()
     assert lying_side(lungs[:, :, :] & (np.arange(40) < 12)[None, None, :], 19.5, left_vote) == 1
     sides = split_sides(lungs, midline_x=19.5, left_vote=left_vote)
     assert (sides[14:20, 15:28, 26:36] == 2).all() and (sides[14:20, 12:20, 2:12] == 1).all()

@@ -86,9 +86,9 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
     crescents of the recess around the dome. Where one piece is enough, the others beside it
     (the lateral and posterior crescents of a base whose front piece was found) need
     :data:`BESIDE_SHARE` of ``min_ml`` each, to leave out specks; with ``beside_of`` (a weaker
-    side: :func:`segpipe.refine.end_piece_side`) so do the cut pieces at that end that it puts on
-    the found side (the front of a left base beside the heart, whose side vote is split). Given the body itself as
-    ``inside`` (``mask`` may reach a voxel beyond it, for partial volume at the skin), a
+    side: :func:`segpipe.refine.end_piece_side`) so do the cut pieces at that end that it puts
+    on the found side (the front of a left base beside the heart, whose side vote is split).
+    Given the body itself as ``inside`` (``mask`` may reach a voxel beyond it, for partial volume at the skin), a
     component with less than :data:`INSIDE_SHARE` of its confident lung inside it counts for
     nothing: a lung lies within the body, and a find in the band beyond the skin is a mattress
     or pad of lung's density that the field of view's sides cut (seen along a whole scan)."""
@@ -392,7 +392,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     slack = skin_slack(body)
     parts = partial(confident_parts, lung_z & slack, confident, voxel_ml, s.min_lung_ml, air=air,
                     air_share=s.rules.body.air_share, side_of=lambda piece: piece_side(piece, midline_x, left_vote),
-                    beside_of=lambda piece: end_piece_side(piece, midline_x, left_vote),
+                    beside_of=lambda piece: end_piece_side(piece, midline_x, left_vote, edge),
                     inside=body, edge=edge)
     found = parts()
     surely_found = parts(share=SURE_CUT_SHARE)  # what the surer share finds: a side with none of it is unsure
@@ -409,7 +409,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     parted_ml = 0.0
     if spine is not None:
         sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml)
-    sides = join_cut_pieces(found, sides, midline_x, left_vote)
+    sides = join_cut_pieces(found, sides, midline_x, left_vote, edge)
     unsure = set()
     for value in (1, 2):
         side = sides == value

@@ -182,12 +182,14 @@ def lying_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int
     return 2 if share > 0.9 and left > 1.0 - CLEAR_VOTE else 1 if share < 0.1 and left < CLEAR_VOTE else 0
 
 
-def end_piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int:
+def end_piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray, edge: np.ndarray | None = None) -> int:
     """The side of a piece that the scan's first or last slice cuts, to join the lung of that
     side at the same end: :func:`lying_side` inside the view, :func:`piece_side` where it also
-    reaches an in-plane face of the array (the view's side edge, where air beyond the skin or a
-    mattress can look like lung to the coarse stage: there the vote must confirm it)."""
-    inplane = bool(mask[:, 0].any() or mask[:, -1].any() or mask[:, :, 0].any() or mask[:, :, -1].any())
+    reaches the view's side edge (an in-plane face of the array, or ``edge``: the scanner's
+    circle, :func:`segpipe.infer.coarse.view_edge`), where air beyond the skin or a mattress can
+    look like lung to the coarse stage: there the vote must confirm it."""
+    inplane = bool(mask[:, 0].any() or mask[:, -1].any() or mask[:, :, 0].any() or mask[:, :, -1].any()
+                   or (edge is not None and (mask & edge).any()))
     return (piece_side if inplane else lying_side)(mask, midline_x, left_vote)
 
 
@@ -354,7 +356,8 @@ def _one_lung_side(single: np.ndarray, halves: np.ndarray, midline_x: float | No
     return 0, ""
 
 
-def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left_vote: np.ndarray) -> np.ndarray:
+def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left_vote: np.ndarray,
+                    edge: np.ndarray | None = None) -> np.ndarray:
     """Add to each sided lung the further pieces of it that the scan's first or last slice cut off.
 
     Where the scan's range ends inside a lung's base (the top of an abdominal scan cuts the
@@ -362,9 +365,10 @@ def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left
     pieces; :func:`split_sides` sides only two. A further component of ``found`` (boolean
     ``(z, y, x)``, canonical LPS) joins the lung of side ``s`` of ``sides`` when it reaches the
     first or the last slice that a piece of that lung reaches too, and nine tenths of it lie on
-    that side of ``midline_x`` without ``left_vote`` clearly putting it on the other, or
-    confirming it where the piece reaches an in-plane face too (:func:`end_piece_side`). In-plane cuts of the field of view do not join pieces: a strip of the
-    view's edge is not taken for a lung beside it. Returns a new array."""
+    that side of ``midline_x`` without ``left_vote`` clearly putting it on the other (with it
+    confirming that side where the piece reaches the view's side edge too, an in-plane face or
+    ``edge``: :func:`end_piece_side`). In-plane cuts of the field of view do not join pieces: a
+    strip of the view's edge is not taken for a lung beside it. Returns a new array."""
     out = sides.copy()
     labels, n = label(found & (sides == 0))
     if n == 0:
@@ -372,7 +376,7 @@ def join_cut_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left
     for end in (0, -1):  # the scan's first and last slice
         for i in np.unique(labels[end][labels[end] > 0]):
             piece = labels == i
-            side = end_piece_side(piece, midline_x, left_vote)
+            side = end_piece_side(piece, midline_x, left_vote, edge)
             if side and (sides[end] == side).any() and not out[piece].any():
                 out[piece] = side
     return out
