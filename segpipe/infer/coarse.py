@@ -111,16 +111,18 @@ def confident_parts(mask: np.ndarray, confident: np.ndarray, voxel_ml: float, mi
         for end in (0, -1):  # the scan's first and last slice
             at_end = [int(i) for i in np.unique(labels[end][labels[end] > 0]) if cut[i]]
             groups: dict[int, list[int]] = {}
+            near: dict[int, int] = {}  # each piece's side by ``beside_of``
             for i in at_end:
-                side = side_of(labels == i)
-                if side:
+                piece = labels == i
+                if side := side_of(piece):
                     groups.setdefault(side, []).append(i)
+                if beside_of is not None:
+                    near[i] = beside_of(piece)
             for side, members in groups.items():
                 if sure_ml[members].max() < share * min_ml:  # none enough alone: together
                     pooled[members] = sure_ml[members].sum()
                 else:  # a found base: the crescents beside it with some sure lung are its own
-                    if beside_of is not None:
-                        members = [i for i in at_end if i in members or beside_of(labels == i) == side]
+                    members = [i for i in at_end if i in members or near.get(i) == side]
                     beside = [m for m in members if sure_ml[m] >= BESIDE_SHARE * min_ml]
                     pooled[beside] = np.maximum(pooled[beside], share * min_ml)
         sure_ml = pooled

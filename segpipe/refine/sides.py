@@ -178,8 +178,7 @@ def lying_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray) -> int
     than :func:`piece_side`: for a piece beside a lung already found on that side at the same
     end of the scan, where the network's side vote is split (the front of the left base, beside
     the heart)."""
-    share, left = _left_share(mask, midline_x), float(left_vote[mask].mean())
-    return 2 if share > 0.9 and left > 1.0 - CLEAR_VOTE else 1 if share < 0.1 and left < CLEAR_VOTE else 0
+    return piece_side(mask, midline_x, left_vote, vote=1.0 - CLEAR_VOTE)
 
 
 def end_piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray, edge: np.ndarray | None = None) -> int:
