@@ -196,52 +196,33 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
                 left_vote: np.ndarray | None = None, view_side: int = 0, outside: np.ndarray | None = None,
                 flank_reach: int = 20, aerated: np.ndarray | None = None, min_lung: int = 781,
                 centre_x: float | None = None, spine_x: float | None = None, cues: list[str] | None = None) -> np.ndarray:
-    """Label a lung mask by side from geometry: 1 right, 2 left.
+    """Label the coarse stage's finds by side from geometry: 1 right, 2 left, 0 dropped.
 
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
-    patient's left). The two largest components (each at least ``min_fraction`` of the
-    largest) are sided by their mean x; a single component (lungs touching in front) is split
-    between its two lungs (:func:`segpipe.refine.columns.split_single`). Smaller pieces are dropped.
+    patient's left). The steps, in order (docs/pipeline.md, "How right and left are decided"):
 
-    With ``midline_x`` (the body's middle, in x index units), a single component that lies
-    almost entirely on one side of it (less than 10% of its voxels across) is one lung, sided
-    by that position: a scan with one lung is not cut in two. Then a second component smaller
-    than ``min_fraction`` of the largest still counts as the other lung when the two lie
-    almost entirely on opposite sides of it: a collapsed lung beside a whole one.
+    1. Two finds, each at least ``min_fraction`` of the largest, are the two lungs, sided by their
+       mean x (:func:`_two_lungs`); so is a smaller second find that lies across the body's
+       midline from the largest or that the network's vote puts on the other side
+       (:func:`_opposite`: a collapsed lung, or a lung that the view's edge cuts).
+    2. Two finds on one side by the midline and the vote, or beside which the same flank shows,
+       are pieces of one lung (:func:`_pieces_of_one_lung`).
+    3. One find is split at its thinnest column (:func:`segpipe.refine.columns.split_single`, near
+       ``spine_x`` in a view that cuts the body), unless :func:`_one_lung_side` makes it one lung;
+       :func:`joined_lungs` may still part a lone lung into two.
 
-    With ``left_vote`` (per voxel, whether the coarse network calls it the left lung rather
-    than the right), a single component is split only where the vote confirms it (each half
-    mostly its own side); otherwise :func:`_one_lung_side` may make it one lung: a field of view
-    over one lung shows no midline (the body's middle is the view's middle), while the network
-    sees the heart, the spine and the liver, the air ``outside`` the body (boolean) within
-    ``flank_reach`` voxels of the lung on one side shows that side's flank (:func:`flank_side`),
-    and a view that cuts the body at one side (``view_side``:
-    :func:`segpipe.refine.body_cut_side`) shows that side. A second component that the vote
-    puts on the other side (three quarters of each) counts as the other lung, as across the
-    midline. With ``midline_x`` as well, two largest components that both lie on
-    one side of the midline (nine tenths of each) and are that side by the vote (the majority
-    of each, :data:`PAIR_VOTE`) are pieces of one lung (a lung the
-    scan's edge cuts into pieces: the costophrenic recess at the top of an abdominal scan); the
-    other lung is then the largest remaining component on the other side by both. Two largest
-    components beside which the same flank shows (and that the vote does not clearly put on the
-    other side) are pieces of that side's lung too: a lung the field of view cuts in two.
-    With ``aerated`` (boolean, lung density), a single component that would be one lung is
-    still two where the vote parts it into two lungs of ``min_lung`` voxels or more (default:
-    50 mL at 4 mm) that touch only at a junction line, the mediastinum between them
-    (:func:`joined_lungs`); so is the whole lung beside which a small find is the other lung
-    (the view's edge cuts that lung into pieces, one of them joined to the whole one).
-    With ``centre_x`` (the x index of the scanner's centre), a single find in a view that cuts
-    the body, whose side neither a clear vote nor a flank tells, takes the side of the
-    scanner's centre it lies on (:func:`centre_side`). With ``spine_x`` (the x index of the
-    spine, :func:`segpipe.refine.spine.spine_x`, in a view that cuts the body, where the middle
-    of a find is not the body's), a single find is split at the thinnest column near it rather
-    than near the find's middle. ``cues`` (a list, optional) receives what sided a lone lung
-    (:func:`_one_lung_side`).
+    Smaller finds are dropped. The arguments: ``midline_x`` the body's middle (x index; in a view
+    that cuts the body, the view's middle); ``left_vote`` per voxel, whether the coarse network
+    calls it the left lung; ``view_side`` the side a view that cuts the body shows
+    (:func:`segpipe.refine.body_cut_side`: 1, 2, or 3 for both); ``outside`` the air beyond the
+    skin and ``flank_reach`` how far beside a lung it shows its flank (:func:`flank_side`);
+    ``aerated`` lung density and ``min_lung`` a lung's least voxels (default: 50 mL at 4 mm), for
+    :func:`joined_lungs`; ``centre_x`` the scanner's centre (x index, :func:`centre_side`);
+    ``cues`` (a list, optional) receives what sided a lone lung.
     """
     labels, n = label(lungs)
-    out = np.zeros(lungs.shape, np.uint8)
     if n == 0:
-        return out
+        return np.zeros(lungs.shape, np.uint8)
     sizes = component_sizes(labels, n)
     sizes[0] = 0
     order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
@@ -251,43 +232,62 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         labels == order[0], labels == order[1], midline_x, left_vote, two=left_vote is not None and _halves_agree(halves, left_vote))
     if beside:
         big = order[:2]  # a small lung (collapsed, or cut by the scan's end or side) beside a whole one
-    if len(big) >= 2 and midline_x is not None and left_vote is not None:
-        # both on one side of the midline and mostly that side by the vote: two pieces of one lung
-        side = piece_side(labels == big[0], midline_x, left_vote, PAIR_VOTE)
-        if side and piece_side(labels == big[1], midline_x, left_vote, PAIR_VOTE) == side:
-            out[(labels == big[0]) | (labels == big[1])] = side
-            other = next((i for i in order if i not in big[:2] and piece_side(labels == i, midline_x, left_vote) == 3 - side), None)
+    if len(big) >= 2:
+        one = _pieces_of_one_lung(labels, order, big[0], big[1], midline_x, left_vote, outside, flank_reach)
+        if one is not None:
+            return one
+        return _two_lungs(labels, big[0], big[1], left_vote, aerated, min_lung, beside)
+    assert halves is not None  # one find: big is [order[0]]
+    single = labels == big[0]
+    flank = flank_side(single, outside, flank_reach) if outside is not None else 0
+    side, cue = _one_lung_side(single, halves, midline_x, left_vote, view_side, flank, centre_x)
+    if cues is not None and side:
+        cues.append(cue)
+    if not side:
+        return halves
+    joined = joined_lungs(single, left_vote, aerated, min_lung) if left_vote is not None and aerated is not None else None
+    return joined if joined is not None else np.where(single, np.uint8(side), np.uint8(0))
+
+
+def _pieces_of_one_lung(labels: np.ndarray, order: list[int], a: int, b: int, midline_x: float | None,
+                        left_vote: np.ndarray | None, outside: np.ndarray | None, flank_reach: int) -> np.ndarray | None:
+    """Finds ``a`` and ``b`` of ``labels`` (``order``: every find, largest first) as pieces of one
+    lung, or None where they are not. They are where both lie on one side of ``midline_x`` (nine
+    tenths of each) and the vote calls each that side (:data:`PAIR_VOTE`): a lung that the scan's
+    edge cuts into pieces (the costophrenic recess at the top of an abdominal scan); the other lung
+    is then the largest remaining find on the other side by both (:func:`piece_side`). They are too
+    where the same flank shows beside both (:func:`_one_flank`): a lung that the field of view cuts
+    in two."""
+    if midline_x is not None and left_vote is not None:
+        side = piece_side(labels == a, midline_x, left_vote, PAIR_VOTE)
+        if side and piece_side(labels == b, midline_x, left_vote, PAIR_VOTE) == side:
+            out = np.where((labels == a) | (labels == b), np.uint8(side), np.uint8(0))
+            other = next((i for i in order if i not in (a, b) and piece_side(labels == i, midline_x, left_vote) == 3 - side), None)
             if other is not None:
                 out[labels == other] = 3 - side
             return out
-    if len(big) >= 2 and outside is not None:
-        side = _one_flank(labels == big[0], labels == big[1], outside, flank_reach, left_vote)
-        if side:  # two pieces of one lung: two lungs never both have the chest wall of one side beside them
-            out[(labels == big[0]) | (labels == big[1])] = side
-            return out
-    if len(big) >= 2:
-        a, b = big[0], big[1]
-        right, left = (a, b) if np.nonzero(labels == a)[2].mean() < np.nonzero(labels == b)[2].mean() else (b, a)
-        out[labels == right] = 1
-        out[labels == left] = 2
-        if beside and left_vote is not None and aerated is not None:
-            # the whole one may hold more of the small one's lung, joined to it at a junction line
-            # (a field of view over one lung and the edge of the other: the edge falls in pieces)
-            whole = labels == a
-            joined = joined_lungs(whole, left_vote, aerated, min_lung)
-            if joined is not None:
-                out[whole] = joined[whole]
-    else:
-        assert halves is not None  # one find: big is [order[0]]
-        single = labels == big[0]
-        flank = flank_side(single, outside, flank_reach) if outside is not None else 0
-        side, cue = _one_lung_side(single, halves, midline_x, left_vote, view_side, flank, centre_x)
-        if cues is not None and side:
-            cues.append(cue)
-        if not side:
-            return halves
-        joined = joined_lungs(single, left_vote, aerated, min_lung) if left_vote is not None and aerated is not None else None
-        out = joined if joined is not None else np.where(single, np.uint8(side), np.uint8(0))
+    if outside is not None:
+        side = _one_flank(labels == a, labels == b, outside, flank_reach, left_vote)
+        if side:  # two lungs never both have the chest wall of one side beside them
+            return np.where((labels == a) | (labels == b), np.uint8(side), np.uint8(0))
+    return None
+
+
+def _two_lungs(labels: np.ndarray, a: int, b: int, left_vote: np.ndarray | None, aerated: np.ndarray | None,
+               min_lung: int, beside: bool) -> np.ndarray:
+    """Finds ``a`` (the larger) and ``b`` of ``labels`` as the two lungs, the one at lower mean x
+    the right. Where ``b`` is a small lung ``beside`` a whole one (a field of view over one lung
+    and the edge of the other: the edge falls in pieces), ``a`` may hold more of ``b``'s lung,
+    joined to it at a junction line: :func:`joined_lungs` gives that part to ``b``'s side."""
+    out = np.zeros(labels.shape, np.uint8)
+    right, left = (a, b) if np.nonzero(labels == a)[2].mean() < np.nonzero(labels == b)[2].mean() else (b, a)
+    out[labels == right] = 1
+    out[labels == left] = 2
+    if beside and left_vote is not None and aerated is not None:
+        whole = labels == a
+        joined = joined_lungs(whole, left_vote, aerated, min_lung)
+        if joined is not None:
+            out[whole] = joined[whole]
     return out
 
 
