@@ -88,6 +88,36 @@ def test_the_strip_stays_where_the_vote_does_not_agree_or_it_is_small() -> None:
     assert np.array_equal(out, sides) and moved == 0
 
 
+def _at_a_junction() -> tuple[np.ndarray, ...]:
+    """One find named left: a left lung (x 30-60) and a strip of the right lung (x 14-28) that meet
+    only at a junction line (x 29-30, two rows), the network voting the strip left as well."""
+    found = np.zeros((12, 40, 70), bool)
+    found[:, 5:35, 30:60] = True
+    found[:, 5:20, 14:29] = True
+    found[:, 12:14, 29:30] = True
+    strip = np.zeros(found.shape, bool)
+    strip[:, :, :30] = found[:, :, :30]
+    return found, np.where(found, 2, 0).astype(np.uint8), found.copy(), strip
+
+
+def test_a_strip_that_meets_the_lung_at_a_junction_line_goes_to_the_other_side() -> None:
+    found, sides, vote, strip = _at_a_junction()
+    assert strip.sum() * VOXEL_ML >= SPINE_MIN_ML
+    out, moved = part_at_spine(found, sides, 29.5, vote, VOXEL_ML)  # without the lung's density: the vote decides
+    assert np.array_equal(out, sides) and moved == 0
+    out, moved = part_at_spine(found, sides, 29.5, vote, VOXEL_ML, aerated=found)  # tissue between them: two lungs
+    assert (out[strip] == 1).all() and (out[found & ~strip] == 2).all()
+    assert moved == pytest.approx(strip.sum() * VOXEL_ML)
+    out, moved = part_at_spine(found, sides, 29.5, vote, VOXEL_ML, aerated=np.ones_like(found))  # aerated lung between: one
+    assert np.array_equal(out, sides) and moved == 0
+
+
+def test_a_lung_across_the_spines_line_stays_whole_whatever_its_density() -> None:
+    found, sides, vote, _ = _joined(strip_vote_left=0.9)  # touches across its whole section
+    out, moved = part_at_spine(found, sides, 29.5, vote, VOXEL_ML, aerated=found)
+    assert np.array_equal(out, sides) and moved == 0
+
+
 def _off_centre_pair() -> np.ndarray:
     """Two touching lungs in a view that shows little of the right one: the right lung at x 0-8,
     joined at x 9 over 4 rows to the left lung at x 10-39, which narrows to 3 rows at x 20 (a

@@ -410,7 +410,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
                         cues=cues)
     parted_ml = 0.0
     if spine is not None:
-        sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml)
+        sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml, hu < AERATED_HU)
     sides = join_cut_pieces(found, sides, midline_x, left_vote, edge)
     unsure = set()
     for value in (1, 2):

@@ -17,8 +17,8 @@ from segpipe.refine._util import component_sizes, label, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
 from segpipe.refine.columns import split_single
 
-__all__ = ["SidesParams", "split_sides", "piece_side", "lying_side", "end_piece_side", "flank_side", "beyond_centre", "joined_lungs", "join_cut_pieces",
-           "side_boundary", "rule"]
+__all__ = ["SidesParams", "split_sides", "piece_side", "lying_side", "end_piece_side", "flank_side", "beyond_centre", "joined_lungs",
+           "lungs_apart", "join_cut_pieces", "side_boundary", "rule"]
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,9 @@ class SidesParams:
             lung of that side (:func:`beyond_centre`).
         spine: in a view that cuts the body, the part of a find beyond the spine (the body's
             midline, :func:`segpipe.refine.spine.spine_x`) goes to that side where the network's
-            vote agrees (:func:`segpipe.refine.spine.part_at_spine`): a strip of one lung joined
-            to the other where they meet in front; and a find that holds both lungs is split at
+            vote agrees or where it meets the rest only at a junction line
+            (:func:`segpipe.refine.spine.part_at_spine`): a strip of one lung joined to the
+            other where they meet in front; and a find that holds both lungs is split at
             its thinnest column near the spine rather than near its middle (the middle of a find
             in such a view is not the body's).
     """
@@ -119,16 +120,25 @@ def joined_lungs(single: np.ndarray, left_vote: np.ndarray, aerated: np.ndarray,
     nearer_left = ndimage.distance_transform_edt(~left) < ndimage.distance_transform_edt(~right)
     a, b = single & nearer_left, single & ~nearer_left
     small = a if np.count_nonzero(a) < np.count_nonzero(b) else b
-    if np.count_nonzero(small) < max(min_lung, 1):
+    if np.count_nonzero(small) < max(min_lung, 1) or not lungs_apart(a, b, aerated):
         return None
+    return np.where(single, np.where(nearer_left, np.uint8(2), np.uint8(1)), np.uint8(0))
+
+
+def lungs_apart(a: np.ndarray, b: np.ndarray, aerated: np.ndarray) -> bool:
+    """Whether two touching parts ``a`` and ``b`` of one find (boolean ``(z, y, x)``) are two
+    lungs joined at a junction line: they touch over less than :data:`JOINED_CONTACT` of the
+    smaller part's largest sagittal (y-z) section, and where they come within :data:`JOINED_GAP`
+    voxels of each other outside the find, less than :data:`JOINED_AERATED` of that gap is
+    ``aerated`` (boolean: lung density): the mediastinum lies between two lungs. One lung
+    touches across its whole section, or lies apart from itself across aerated lung."""
+    small = a if np.count_nonzero(a) < np.count_nonzero(b) else b
     contact = sum(int(np.count_nonzero(np.moveaxis(a, ax, 0)[1:] & np.moveaxis(b, ax, 0)[:-1])
                       + np.count_nonzero(np.moveaxis(a, ax, 0)[:-1] & np.moveaxis(b, ax, 0)[1:])) for ax in range(3))
     if contact >= JOINED_CONTACT * small.sum(axis=(0, 1)).max():
-        return None
-    gap = ~single & (ndimage.distance_transform_edt(~a) <= JOINED_GAP) & (ndimage.distance_transform_edt(~b) <= JOINED_GAP)
-    if gap.any() and aerated[gap].mean() >= JOINED_AERATED:
-        return None
-    return np.where(single, np.where(nearer_left, np.uint8(2), np.uint8(1)), np.uint8(0))
+        return False
+    gap = ~(a | b) & (ndimage.distance_transform_edt(~a) <= JOINED_GAP) & (ndimage.distance_transform_edt(~b) <= JOINED_GAP)
+    return not (gap.any() and aerated[gap].mean() >= JOINED_AERATED)
 
 
 def _left_share(mask: np.ndarray, midline_x: float) -> float:

@@ -6,8 +6,11 @@ side vote on such a strip is often right where the geometry of the view cannot t
 lies at the body's midline wherever the view shows it, wherever the patient lies on the table:
 :func:`spine_x` finds it on the coarse grid; the side split cuts a find that holds both lungs
 near it (:func:`segpipe.refine.sides.split_sides`), and :func:`part_at_spine` gives the part of a
-find that the split gave one side beyond it to the other side where the network's vote agrees. Both cues must agree: the spine
-alone would cut lungs that reach across its line, the vote alone splits single lungs.
+find that the split gave one side beyond it to the other side where the network's vote agrees, or
+where that part meets the rest of the find only at a junction line (two lungs lie apart across
+the mediastinum; one lung that reaches across the spine's line touches across its whole
+section). The spine alone would cut lungs that reach across its line, the vote alone splits
+single lungs.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 from scipy import ndimage
 
 from segpipe.refine._util import label
-from segpipe.refine.sides import CLEAR_VOTE
+from segpipe.refine.sides import CLEAR_VOTE, lungs_apart
 
 __all__ = ["spine_x", "part_at_spine", "SPINE_BONE_HU", "SPINE_MIN_ML"]
 
@@ -78,12 +81,16 @@ def _spine_at(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], body: np.ndarr
 
 
 def part_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote: np.ndarray,
-                  voxel_ml: float) -> tuple[np.ndarray, float]:
+                  voxel_ml: float, aerated: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """``sides`` (1 right, 2 left) with, per connected find of ``found`` that the side split gave
     one side (less than :data:`SPINE_MIN_ML` of the other), the part of it beyond the spine's x
     index ``spine`` (on the side that holds less of the find) given to that side, where it holds
-    :data:`SPINE_MIN_ML` or more and the network's ``left_vote`` puts :data:`segpipe.refine.sides.CLEAR_VOTE` of it
-    there; returns the new sides and the mL given."""
+    :data:`SPINE_MIN_ML` or more and either the network's ``left_vote`` puts
+    :data:`segpipe.refine.sides.CLEAR_VOTE` of it there, or, with ``aerated`` (boolean, lung
+    density), it meets the rest of the find only at a junction line, across the mediastinum
+    (:func:`segpipe.refine.sides.lungs_apart`: in a view over one lung, the network's vote can
+    call a strip of the other lung beside it the same side; one lung that reaches across the
+    spine's line touches across its whole section); returns the new sides and the mL given."""
     out = sides.copy()
     labels, n = label(found)
     on_left = np.arange(found.shape[2])[None, None, :] > spine  # canonical LPS: x grows to the patient's left
@@ -98,7 +105,7 @@ def part_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote:
         if np.count_nonzero(beyond) * voxel_ml < SPINE_MIN_ML:
             continue
         vote = float(left_vote[beyond].mean())
-        if (vote if side == 2 else 1.0 - vote) >= CLEAR_VOTE:
+        if (vote if side == 2 else 1.0 - vote) >= CLEAR_VOTE or (aerated is not None and lungs_apart(beyond, piece & ~beyond, aerated)):
             change = beyond & (sides > 0) & (sides != side)
             out[change] = side
             moved += int(np.count_nonzero(change))

@@ -1,0 +1,128 @@
+"""Side-step variants on the dumped random crops (runs/spine/dump_S.pkl, ``../2026-11-28-spine-midline/dump.py``):
+``variants.py VARIANT SEED ...``; VARIANT ``onecore``: a single find that the split parts into two lungs, in a view that
+cuts the body, is one lung where it does not peel into two cores (``columns.two_cores``) and nine tenths of it lie on one
+side of both the spine and the scanner's centre. Prints each lung (>= 10 mL) whose coarse-grid Dice moves by more than
+0.01, and the totals."""
+
+import pickle
+import sys
+
+import numpy as np
+
+from segpipe.refine import columns
+from segpipe.refine._util import label
+from segpipe.refine.columns import two_cores
+from segpipe.refine.sides import _side_of, centre_side, join_cut_pieces, split_sides
+from segpipe.refine.spine import part_at_spine, spine_x
+
+
+def onecore(found: np.ndarray, sides: np.ndarray, kw: dict, spine: float | None) -> np.ndarray:
+    if spine is None or not kw.get("view_side"):
+        return sides
+    out = sides.copy()
+    labels, n = label(found)
+    for i in range(1, n + 1):
+        comp = labels == i
+        if set(np.unique(out[comp])) - {0} != {1, 2}:
+            continue
+        side = centre_side(comp, kw.get("centre_x"))
+        if side and _side_of(comp, spine) == side and two_cores(comp) is None:
+            out[comp] = side
+    return out
+
+
+_column_halves = columns.column_halves
+
+
+def spine_band(mask: np.ndarray, turn: float = 0.0, centre: float | None = None) -> np.ndarray:
+    """``columns.column_halves`` with the cut looked for near the spine wherever it lies inside the find's extent."""
+    if turn or centre is None:
+        return _column_halves(mask, turn, centre)
+    xs = np.nonzero(mask.any(axis=(0, 1)))[0]
+    lo_u, hi_u = int(xs.min()), int(xs.max())
+    half = columns.COLUMN_SEARCH * (hi_u - lo_u)
+    if lo_u + half <= centre <= hi_u - half or not lo_u <= centre <= hi_u:
+        return _column_halves(mask, turn, centre)
+    out = np.zeros(mask.shape, np.uint8)
+    lo, hi = max(int(centre - half), lo_u), min(int(centre + half) + 1, hi_u + 1)
+    for z in range(mask.shape[0]):
+        s = mask[z]
+        if not s.any():
+            continue
+        profile = np.bincount(np.nonzero(s)[1], minlength=hi_u + 1).astype(float)
+        cut = lo + int(np.argmin(profile[lo:hi]))
+        out[z][:, :cut][s[:, :cut]] = 1
+        out[z][:, cut:][s[:, cut:]] = 2
+    return out
+
+
+def apart_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, kw: dict, voxel_ml: float) -> np.ndarray:
+    """Where ``part_at_spine`` moved nothing: the part of a one-sided find beyond the spine (20 mL or more) goes to that side
+    where it touches the rest over less than JOINED_CONTACT of its largest sagittal section and the gap between them is not
+    aerated (two lungs at a junction line; one lung that crosses the midline touches across its whole section)."""
+    from scipy import ndimage
+
+    from segpipe.refine.sides import JOINED_AERATED, JOINED_CONTACT, JOINED_GAP
+    out = sides.copy()
+    labels, n = label(found)
+    on_left = np.arange(found.shape[2])[None, None, :] > spine
+    for k in range(1, n + 1):
+        piece = labels == k
+        if min(np.count_nonzero(piece & (sides == 1)), np.count_nonzero(piece & (sides == 2))) * voxel_ml >= 20:
+            continue
+        left = piece & on_left
+        side = 2 if 2 * np.count_nonzero(left) < np.count_nonzero(piece) else 1
+        beyond = left if side == 2 else piece & ~on_left
+        if np.count_nonzero(beyond) * voxel_ml < 20 or (out[beyond] == side).mean() > 0.5:
+            continue
+        rest = piece & ~beyond
+        contact = sum(int(np.count_nonzero(np.moveaxis(rest, ax, 0)[1:] & np.moveaxis(beyond, ax, 0)[:-1])
+                          + np.count_nonzero(np.moveaxis(rest, ax, 0)[:-1] & np.moveaxis(beyond, ax, 0)[1:])) for ax in range(3))
+        section = beyond.sum(axis=(0, 1)).max()
+        if contact >= JOINED_CONTACT * section:
+            continue
+        gap = ~piece & (ndimage.distance_transform_edt(~rest) <= JOINED_GAP) & (ndimage.distance_transform_edt(~beyond) <= JOINED_GAP)
+        if gap.any() and kw["aerated"][gap].mean() >= JOINED_AERATED:
+            continue
+        out[beyond & (out > 0)] = side
+    return out
+
+
+def coarse(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
+    columns.column_halves = spine_band if variant == "spineband" else _column_halves
+    sides = split_sides(r["found"], **kw, spine_x=spine)
+    if variant == "onecore":
+        sides = onecore(r["found"], sides, kw, spine)
+    if spine is not None:
+        sides, _ = part_at_spine(r["found"], sides, spine, kw["left_vote"], float(np.prod(r["spacing"])) / 1000, kw["aerated"] if variant == "apart2" else None)
+        if variant == "apart":
+            sides = apart_at_spine(r["found"], sides, spine, kw, float(np.prod(r["spacing"])) / 1000)
+    return join_cut_pieces(r["found"], sides, kw["midline_x"], kw["left_vote"])
+
+
+def dices(sides: np.ndarray, ref: np.ndarray, voxel_ml: float, min_ml: float) -> list[float]:
+    return [2 * ((sides == v) & (ref == v)).sum() / ((sides == v).sum() + (ref == v).sum())
+            for v in (1, 2) if (ref == v).sum() * voxel_ml >= min_ml]
+
+
+if __name__ == "__main__":
+    variant = sys.argv[1]
+    tot: dict[int, tuple[list[float], list[float]]] = {50: ([], []), 10: ([], [])}
+    for seed in sys.argv[2:]:
+        for r in pickle.load(open(f"runs/spine/dump_{seed}.pkl", "rb")):
+            if "found" not in r or r["found"].shape != r["rc"].shape or r["kw"].get("midline_x") is None:
+                continue
+            kw, voxel_ml = {k: v for k, v in r["kw"].items() if k != "spine_x"}, float(np.prod(r["spacing"])) / 1000
+            spine = spine_x(r["hu"], r["spacing"], r["body"]) if kw.get("view_side") else None
+            a, b = coarse(r, kw, spine, "landed"), coarse(r, kw, spine, variant)
+            for m, (x, y) in tot.items():
+                da, db = dices(a, r["rc"], voxel_ml, m), dices(b, r["rc"], voxel_ml, m)
+                x += da
+                y += db
+                if m == 10:
+                    for u, w in zip(da, db):
+                        if abs(u - w) > 0.01:
+                            print(seed, r["case"][:10], r["i"], r["desc"], round(u, 3), "->", round(w, 3))
+    for m, (x, y) in tot.items():
+        x, y = np.array(x), np.array(y)
+        print(f">= {m} mL: {len(x)} lungs, Dice {x.mean():.4f} -> {y.mean():.4f}, under 0.5 {(x < 0.5).sum()} -> {(y < 0.5).sum()}")
