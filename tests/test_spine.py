@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from segpipe.refine.sides import split_sides
-from segpipe.refine.spine import SPINE_MIN_ML, part_at_spine, spine_x
+from segpipe.refine.spine import SPINE_MIN_ML, join_beyond_spine, part_at_spine, spine_x
 
 SPACING = (4.0, 4.0, 4.0)
 VOXEL_ML = 0.064
@@ -116,6 +116,35 @@ def test_a_lung_across_the_spines_line_stays_whole_whatever_its_density() -> Non
     found, sides, vote, _ = _joined(strip_vote_left=0.9)  # touches across its whole section
     out, moved = part_at_spine(found, sides, 29.5, vote, VOXEL_ML, aerated=found)
     assert np.array_equal(out, sides) and moved == 0
+
+
+def _lung_and_edge_of_the_other() -> tuple[np.ndarray, ...]:
+    """A left lung (x 30-60) named left, and beyond the spine (x 25) two small finds that the side
+    step left without a side: the other lung's edge at the view's side (x 0-8), and a piece inside
+    the view (x 2-6: gas, say)."""
+    found = np.zeros((12, 40, 70), bool)
+    found[:, 5:35, 30:60] = True
+    edge = np.zeros(found.shape, bool)
+    edge[:, 10:30, 0:8] = True
+    front = np.zeros(found.shape, bool)
+    front[4:8, 2:6, 2:6] = True
+    found |= edge | front
+    sides = np.where(found & ~edge & ~front, 2, 0).astype(np.uint8)
+    return found, sides, edge, front
+
+
+def test_a_find_left_without_a_side_beyond_the_spine_is_the_other_lung() -> None:
+    found, sides, edge, front = _lung_and_edge_of_the_other()
+    unsure = np.where(found, 0.5, 0.0) > np.random.default_rng(0).random(found.shape)  # the vote split on the small finds
+    unsure[sides == 2] = True
+    out = join_beyond_spine(found, sides, 25.0, unsure)
+    assert (out[edge] == 1).all() and (out[sides == 2] == 2).all()
+    assert not out[front].any()  # inside the view: no side from the spine
+    assert not sides[edge].any()  # the input is left as it was
+    out = join_beyond_spine(found, sides, 25.0, found)  # the vote clearly calls them the lung's side: left out
+    assert np.array_equal(out, sides)
+    out = join_beyond_spine(found, sides, 4.0, unsure)  # the spine inside them: no side beyond it for them
+    assert np.array_equal(out, sides)
 
 
 def _off_centre_pair() -> np.ndarray:

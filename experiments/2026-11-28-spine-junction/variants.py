@@ -1,8 +1,11 @@
-"""Side-step variants on the dumped random crops (runs/spine/dump_S.pkl, ``../2026-11-28-spine-midline/dump.py``):
-``variants.py VARIANT SEED ...``; VARIANT ``onecore``: a single find that the split parts into two lungs, in a view that
-cuts the body, is one lung where it does not peel into two cores (``columns.two_cores``) and nine tenths of it lie on one
-side of both the spine and the scanner's centre. Prints each lung (>= 10 mL) whose coarse-grid Dice moves by more than
-0.01, and the totals."""
+"""Side-step variants on the dumped random crops (runs/spine/dump_S.pkl, ``../2026-11-28-spine-midline/dump.py``), each
+against the side step before this experiment (``part_at_spine`` by the vote alone): ``variants.py VARIANT SEED ...``.
+VARIANT ``onecore``: a single find that the split parts into two lungs, in a view that cuts the body, is one lung where it
+does not peel into two cores (``columns.two_cores``) and nine tenths of it lie on one side of both the spine and the
+scanner's centre; ``spineband``: the cut looked for near the spine wherever it lies inside the find; ``apart``: the part
+beyond the spine also moves where it meets the rest at a junction line (written here); ``apart2``: the same as landed
+(``part_at_spine`` with ``aerated``). Prints each lung (>= 10 mL) whose coarse-grid Dice moves by more than 0.01, and the
+totals."""
 
 import pickle
 import sys
@@ -10,6 +13,7 @@ import sys
 import numpy as np
 
 from segpipe.refine import columns
+from segpipe.refine import sides as sides_mod
 from segpipe.refine._util import label
 from segpipe.refine.columns import two_cores
 from segpipe.refine.sides import _side_of, centre_side, join_cut_pieces, split_sides
@@ -88,16 +92,68 @@ def apart_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, kw: dict,
     return out
 
 
+_opposite = sides_mod._opposite
+
+
+def opposite_spine(a, b, midline_x, left_vote, *, two=False):  # type: ignore[no-untyped-def]
+    """``sides._opposite``, or, in a view that cuts the body where the spine shows, the two lie on either side of it
+    (nine tenths of each) and the vote does not clearly put either on the other side."""
+    if _opposite(a, b, midline_x, left_vote, two=two):
+        return True
+    spine = SPINE[0]
+    if spine is None:
+        return False
+    a_side, b_side = sides_mod._side_of(a, spine), sides_mod._side_of(b, spine)
+    return ({a_side, b_side} == {1, 2} and left_vote is not None and sides_mod._vote_side(a, left_vote) != 3 - a_side
+            and sides_mod._vote_side(b, left_vote) != 3 - b_side)
+
+
+SPINE: list[float | None] = [None]
+FACE = [False]
+
+
+def beyond_spine_finds(found: np.ndarray, sides: np.ndarray, spine: float, left_vote: np.ndarray) -> np.ndarray:
+    """A find the side step left without a side takes the side of the spine on which nine tenths of it lie, where the
+    vote does not clearly put it on the other and the largest find lies nine tenths on the other side of the spine."""
+    out = sides.copy()
+    labels, n = label(found)
+    sizes = np.bincount(labels.ravel(), minlength=n + 1)
+    sizes[0] = 0
+    largest = labels == int(np.argmax(sizes))
+    big_side = sides_mod._side_of(largest, spine)
+    if not big_side:
+        return out
+    for i in range(1, n + 1):
+        piece = labels == i
+        if out[piece].any():
+            continue
+        side = sides_mod._side_of(piece, spine)
+        inplane = bool(piece[:, 0].any() or piece[:, -1].any() or piece[:, :, 0].any() or piece[:, :, -1].any())
+        if side == 3 - big_side and sides_mod._vote_side(piece, left_vote) != big_side and (inplane or not FACE[0]):
+            out[piece] = side
+    return out
+
+
 def coarse(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
+    sides_mod._opposite = opposite_spine if variant == "oppspine" else _opposite
+    SPINE[0] = spine
     columns.column_halves = spine_band if variant == "spineband" else _column_halves
     sides = split_sides(r["found"], **kw, spine_x=spine)
     if variant == "onecore":
         sides = onecore(r["found"], sides, kw, spine)
     if spine is not None:
-        sides, _ = part_at_spine(r["found"], sides, spine, kw["left_vote"], float(np.prod(r["spacing"])) / 1000, kw["aerated"] if variant == "apart2" else None)
+        sides, _ = part_at_spine(r["found"], sides, spine, kw["left_vote"], float(np.prod(r["spacing"])) / 1000,
+                                 kw["aerated"] if variant in ("apart2", "both") else None)
         if variant == "apart":
             sides = apart_at_spine(r["found"], sides, spine, kw, float(np.prod(r["spacing"])) / 1000)
-    return join_cut_pieces(r["found"], sides, kw["midline_x"], kw["left_vote"])
+    sides = join_cut_pieces(r["found"], sides, kw["midline_x"], kw["left_vote"])
+    if variant in ("both", "beyond2") and spine is not None:
+        from segpipe.refine.spine import join_beyond_spine
+        sides = join_beyond_spine(r["found"], sides, spine, kw["left_vote"])
+    FACE[0] = variant == "beyondface"
+    if variant in ("beyond", "beyondface") and spine is not None:
+        sides = beyond_spine_finds(r["found"], sides, spine, kw["left_vote"])
+    return sides
 
 
 def dices(sides: np.ndarray, ref: np.ndarray, voxel_ml: float, min_ml: float) -> list[float]:

@@ -39,7 +39,7 @@ from segpipe.refine import (
 from segpipe.refine._util import FULL, component_sizes, label, on_faces
 from segpipe.refine.body import BodyParams
 from segpipe.refine.sides import AERATED_HU, FLANK_REACH_MM, WEAK_CUES
-from segpipe.refine.spine import part_at_spine, spine_x
+from segpipe.refine.spine import join_beyond_spine, part_at_spine, spine_x
 
 __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
 
@@ -412,6 +412,8 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     if spine is not None:
         sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml, hu < AERATED_HU)
     sides = join_cut_pieces(found, sides, midline_x, left_vote, edge)
+    if spine is not None:
+        sides = join_beyond_spine(found, sides, spine, left_vote, edge)
     unsure = set()
     for value in (1, 2):
         side = sides == value

@@ -18,7 +18,7 @@ from segpipe.refine.base import RuleReport, ScanContext
 from segpipe.refine.columns import split_single
 
 __all__ = ["SidesParams", "split_sides", "piece_side", "lying_side", "end_piece_side", "flank_side", "beyond_centre", "joined_lungs",
-           "lungs_apart", "join_cut_pieces", "side_boundary", "rule"]
+           "lungs_apart", "at_view_side", "join_cut_pieces", "side_boundary", "rule"]
 
 
 @dataclass(frozen=True)
@@ -197,9 +197,14 @@ def end_piece_side(mask: np.ndarray, midline_x: float, left_vote: np.ndarray, ed
     reaches the view's side edge (an in-plane face of the array, or ``edge``: the scanner's
     circle, :func:`segpipe.infer.coarse.view_edge`), where air beyond the skin or a mattress can
     look like lung to the coarse stage: there the vote must confirm it."""
-    inplane = bool(mask[:, 0].any() or mask[:, -1].any() or mask[:, :, 0].any() or mask[:, :, -1].any()
-                   or (edge is not None and (mask & edge).any()))
-    return (piece_side if inplane else lying_side)(mask, midline_x, left_vote)
+    return (piece_side if at_view_side(mask, edge) else lying_side)(mask, midline_x, left_vote)
+
+
+def at_view_side(mask: np.ndarray, edge: np.ndarray | None = None) -> bool:
+    """Whether ``mask`` (boolean ``(z, y, x)``) reaches the view's side edge: an in-plane face of
+    the array, or ``edge`` (the scanner's circle, :func:`segpipe.infer.coarse.view_edge`)."""
+    return bool(mask[:, 0].any() or mask[:, -1].any() or mask[:, :, 0].any() or mask[:, :, -1].any()
+                or (edge is not None and (mask & edge).any()))
 
 
 def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None,

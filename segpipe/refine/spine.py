@@ -19,9 +19,9 @@ import numpy as np
 from scipy import ndimage
 
 from segpipe.refine._util import label
-from segpipe.refine.sides import CLEAR_VOTE, lungs_apart
+from segpipe.refine.sides import CLEAR_VOTE, _side_of, _vote_side, at_view_side, lungs_apart
 
-__all__ = ["spine_x", "part_at_spine", "SPINE_BONE_HU", "SPINE_MIN_ML"]
+__all__ = ["spine_x", "part_at_spine", "join_beyond_spine", "SPINE_BONE_HU", "SPINE_MIN_ML"]
 
 SPINE_BONE_HU = (200.0, 150.0)  # bone on the 4 mm grid, tried in turn: a thin-boned patient's vertebrae at 4-5 mm
 SPINE_CM2 = (5.0, 40.0)  # a vertebra's cross-section with its arch; a rib or a sternum's edge is smaller
@@ -110,3 +110,33 @@ def part_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote:
             out[change] = side
             moved += int(np.count_nonzero(change))
     return out, moved * voxel_ml
+
+
+def join_beyond_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote: np.ndarray,
+                      edge: np.ndarray | None = None) -> np.ndarray:
+    """``sides`` (1 right, 2 left) with each find of ``found`` that the side step left without a
+    side, and that reaches the view's side edge (:func:`segpipe.refine.sides.at_view_side`: an
+    in-plane face of the array or ``edge``, the scanner's circle), given the side of the spine's
+    x index ``spine`` on which nine tenths of it lie, where the largest find lies nine tenths on
+    the other side of the spine and the network's ``left_vote`` does not clearly
+    (:data:`segpipe.refine.sides.CLEAR_VOTE`) put the find on the largest one's side. In a view
+    over one lung, the edge of the other lung that the view's side cuts lies beyond the spine: a
+    find much smaller than the whole lung beside it, or several, with the network's vote often
+    unsure there; the side split keeps only two finds of a size. A find inside the view (gas
+    below a base at the scan's end) gets no side from this. Returns a new array."""
+    out = sides.copy()
+    labels, n = label(found)
+    if n < 2:
+        return out
+    sizes = np.bincount(labels.ravel(), minlength=n + 1)
+    sizes[0] = 0
+    lung_side = _side_of(labels == int(np.argmax(sizes)), spine)
+    if not lung_side:
+        return out
+    for k in range(1, n + 1):
+        piece = labels == k
+        if (out[piece].any() or _side_of(piece, spine) != 3 - lung_side or _vote_side(piece, left_vote) == lung_side
+                or not at_view_side(piece, edge)):
+            continue
+        out[piece] = 3 - lung_side
+    return out
