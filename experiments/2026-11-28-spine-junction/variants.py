@@ -1,6 +1,7 @@
 """Side-step variants on the dumped random crops (runs/spine/dump_S.pkl, ``../2026-11-28-spine-midline/dump.py``), each
 against the side step before this experiment (``part_at_spine`` by the vote alone): ``variants.py VARIANT SEED ...``.
-VARIANT ``onecore``: a single find that the split parts into two lungs, in a view that cuts the body, is one lung where it
+VARIANT ``edge``: a further piece at an in-plane face joins the lung of its side that comes within 2 voxels of the same
+face; ``onecore``: a single find that the split parts into two lungs, in a view that cuts the body, is one lung where it
 does not peel into two cores (``columns.two_cores``) and nine tenths of it lie on one side of both the spine and the
 scanner's centre; ``spineband``: the cut looked for near the spine wherever it lies inside the find; ``apart``: the part
 beyond the spine also moves where it meets the rest at a junction line (written here); ``apart2``: the same as landed
@@ -16,7 +17,7 @@ from segpipe.refine import columns
 from segpipe.refine import sides as sides_mod
 from segpipe.refine._util import label
 from segpipe.refine.columns import two_cores
-from segpipe.refine.sides import _side_of, centre_side, join_cut_pieces, split_sides
+from segpipe.refine.sides import _side_of, centre_side, join_cut_pieces, piece_side, split_sides
 from segpipe.refine.spine import part_at_spine, spine_x
 
 
@@ -32,6 +33,32 @@ def onecore(found: np.ndarray, sides: np.ndarray, kw: dict, spine: float | None)
         side = centre_side(comp, kw.get("centre_x"))
         if side and _side_of(comp, spine) == side and two_cores(comp) is None:
             out[comp] = side
+    return out
+
+
+REACH = 2  # coarse voxels: the lung of that side comes this close to the same face
+
+
+def faces(mask: np.ndarray) -> list[np.ndarray]:
+    """For each in-plane face of the array: the slices (z) at which ``mask`` lies within REACH of it."""
+    return [mask[:, :REACH + 1].any(axis=(1, 2)), mask[:, -REACH - 1:].any(axis=(1, 2)),
+            mask[:, :, :REACH + 1].any(axis=(1, 2)), mask[:, :, -REACH - 1:].any(axis=(1, 2))]
+
+
+def join_face_pieces(found: np.ndarray, sides: np.ndarray, midline_x: float, left_vote: np.ndarray) -> np.ndarray:
+    out = sides.copy()
+    labels, n = label(found & (sides == 0))
+    for i in range(1, n + 1):
+        piece = labels == i
+        touch = [piece[:, 0].any(), piece[:, -1].any(), piece[:, :, 0].any(), piece[:, :, -1].any()]
+        if not any(touch):
+            continue
+        side = piece_side(piece, midline_x, left_vote)
+        if not side or not (out == side).any():
+            continue
+        lung_faces = faces(out == side)
+        if any(t and lf.any() for t, lf in zip(touch, lung_faces)):
+            out[piece] = side
     return out
 
 
@@ -147,6 +174,8 @@ def coarse(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
         if variant == "apart":
             sides = apart_at_spine(r["found"], sides, spine, kw, float(np.prod(r["spacing"])) / 1000)
     sides = join_cut_pieces(r["found"], sides, kw["midline_x"], kw["left_vote"])
+    if variant == "edge":
+        sides = join_face_pieces(r["found"], sides, kw["midline_x"], kw["left_vote"])
     if variant in ("both", "beyond2") and spine is not None:
         from segpipe.refine.spine import join_beyond_spine
         sides = join_beyond_spine(r["found"], sides, spine, kw["left_vote"])
