@@ -1,12 +1,14 @@
 """Side-step variants on the dumped random crops (runs/spine/dump_S.pkl, ``../2026-11-28-spine-midline/dump.py``), each
 against the side step before this experiment (``part_at_spine`` by the vote alone): ``variants.py VARIANT SEED ...``.
+
 VARIANT ``edge``: a further piece at an in-plane face joins the lung of its side that comes within 2 voxels of the same
 face; ``onecore``: a single find that the split parts into two lungs, in a view that cuts the body, is one lung where it
 does not peel into two cores (``columns.two_cores``) and nine tenths of it lie on one side of both the spine and the
 scanner's centre; ``spineband``: the cut looked for near the spine wherever it lies inside the find; ``apart``: the part
 beyond the spine also moves where it meets the rest at a junction line (written here); ``apart2``: the same as landed
-(``part_at_spine`` with ``aerated``). Prints each lung (>= 10 mL) whose coarse-grid Dice moves by more than 0.01, and the
-totals."""
+(``part_at_spine`` with ``aerated``); ``beyond``, ``beyondface``: ``join_beyond_spine``'s first forms, ``beyond2`` as
+landed; ``both``: ``apart2`` and ``beyond2``; ``pairspine``: ``both``, and two finds on one side of the spine as one
+lung's pieces. Prints each lung (>= 10 mL) whose coarse-grid Dice moves by more than 0.01, and the totals."""
 
 import pickle
 import sys
@@ -161,7 +163,19 @@ def beyond_spine_finds(found: np.ndarray, sides: np.ndarray, spine: float, left_
     return out
 
 
+_pieces = sides_mod._pieces_of_one_lung
+
+
+def pieces_by_spine(labels, order, a, b, midline_x, left_vote, outside, flank_reach):  # type: ignore[no-untyped-def]
+    """``sides._pieces_of_one_lung``, then the same test with the spine for the midline where it shows."""
+    out = _pieces(labels, order, a, b, midline_x, left_vote, outside, flank_reach)
+    if out is None and SPINE[0] is not None and left_vote is not None:
+        out = _pieces(labels, order, a, b, SPINE[0], left_vote, None, flank_reach)
+    return out
+
+
 def coarse(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
+    sides_mod._pieces_of_one_lung = pieces_by_spine if variant == "pairspine" else _pieces
     sides_mod._opposite = opposite_spine if variant == "oppspine" else _opposite
     SPINE[0] = spine
     columns.column_halves = spine_band if variant == "spineband" else _column_halves
@@ -170,13 +184,13 @@ def coarse(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
         sides = onecore(r["found"], sides, kw, spine)
     if spine is not None:
         sides, _ = part_at_spine(r["found"], sides, spine, kw["left_vote"], float(np.prod(r["spacing"])) / 1000,
-                                 kw["aerated"] if variant in ("apart2", "both") else None)
+                                 kw["aerated"] if variant in ("apart2", "both", "pairspine") else None)
         if variant == "apart":
             sides = apart_at_spine(r["found"], sides, spine, kw, float(np.prod(r["spacing"])) / 1000)
     sides = join_cut_pieces(r["found"], sides, kw["midline_x"], kw["left_vote"])
     if variant == "edge":
         sides = join_face_pieces(r["found"], sides, kw["midline_x"], kw["left_vote"])
-    if variant in ("both", "beyond2") and spine is not None:
+    if variant in ("both", "beyond2", "pairspine") and spine is not None:
         from segpipe.refine.spine import join_beyond_spine
         sides = join_beyond_spine(r["found"], sides, spine, kw["left_vote"])
     FACE[0] = variant == "beyondface"
