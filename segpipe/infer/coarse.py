@@ -402,15 +402,16 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     cues: list[str] = []
     view_side = body_cut_side(body, edge)
     spine = spine_x(hu, coarse_img.GetSpacing(), body) if s.rules.sides.spine and view_side else None
+    aerated = hu < AERATED_HU
     sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote,
                         view_side=view_side, outside=outside,
                         flank_reach=int(round(FLANK_REACH_MM / coarse_img.GetSpacing()[0])),
-                        aerated=hu < AERATED_HU, min_lung=int(round(s.min_lung_ml / voxel_ml)),
+                        aerated=aerated, min_lung=int(round(s.min_lung_ml / voxel_ml)),
                         centre_x=spatial.centre_x_index(coarse_img) if s.rules.sides.scanner_centre else None, spine_x=spine,
                         cues=cues)
     parted_ml = 0.0
     if spine is not None:
-        sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml, hu < AERATED_HU)
+        sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml, aerated)
     sides = join_cut_pieces(found, sides, midline_x, left_vote, edge)
     if spine is not None:
         sides = join_beyond_spine(found, sides, spine, left_vote, edge)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import ndimage
 
-from segpipe.refine._util import label
+from segpipe.refine._util import component_sizes, label
 from segpipe.refine.sides import CLEAR_VOTE, _side_of, _vote_side, at_view_side, lungs_apart
 
 __all__ = ["spine_x", "part_at_spine", "join_beyond_spine", "SPINE_BONE_HU", "SPINE_MIN_ML"]
@@ -128,7 +128,7 @@ def join_beyond_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_v
     labels, n = label(found)
     if n < 2:
         return out
-    sizes = np.bincount(labels.ravel(), minlength=n + 1)
+    sizes = component_sizes(labels, n)
     sizes[0] = 0
     lung_side = _side_of(labels == int(np.argmax(sizes)), spine)
     if not lung_side:
