@@ -38,7 +38,7 @@ from segpipe.refine import (
 )
 from segpipe.refine._util import FULL, component_sizes, label, on_faces
 from segpipe.refine.body import BodyParams
-from segpipe.refine.sides import AERATED_HU, FLANK_REACH_MM, WEAK_CUES
+from segpipe.refine.sides import AERATED_HU, FLANK_REACH_MM, WEAK_CUES, at_view_side
 from segpipe.refine.spine import join_beyond_spine, part_at_spine, spine_x
 
 __all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
@@ -51,9 +51,9 @@ INSIDE_SHARE = 0.5  # a find needs this share of its sure lung inside the body (
 
 
 def _at_edge(mask: np.ndarray, edge: np.ndarray | None = None) -> bool:
-    """Whether ``mask`` reaches a face of its array or ``edge`` (the scan's edge)."""
-    return bool(mask[0].any() or mask[-1].any() or mask[:, 0].any() or mask[:, -1].any()
-                or mask[:, :, 0].any() or mask[:, :, -1].any() or (edge is not None and (mask & edge).any()))
+    """Whether ``mask`` reaches the scan's first or last slice or the view's side edge
+    (:func:`segpipe.refine.sides.at_view_side`: an in-plane face of its array or ``edge``)."""
+    return bool(mask[0].any() or mask[-1].any()) or at_view_side(mask, edge)
 
 
 def view_edge(hu_zyx: np.ndarray, padding: np.ndarray | None, p: BodyParams) -> np.ndarray | None:
