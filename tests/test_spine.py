@@ -88,6 +88,19 @@ def test_the_strip_stays_where_the_vote_does_not_agree_or_it_is_small() -> None:
     assert np.array_equal(out, sides) and moved == 0
 
 
+def test_a_find_parted_away_from_the_spine_is_one_lung_where_little_of_it_lies_beyond() -> None:
+    found = np.zeros((12, 40, 40), bool)
+    found[:, 5:35, 3:34] = True  # a right lung in a view over it: the spine at its edge (x 34.5)
+    found[:, 10:14, 34:36] = True  # its front reaches across the spine's line by 1.5 voxels: 3 mL
+    sides = np.where(found, np.where(np.arange(40) < 19, 1, 2), 0).astype(np.uint8)  # parted at its own middle
+    vote = sides == 2  # the network's vote agrees with the halves
+    out, moved = part_at_spine(found, sides, 34.5, vote, VOXEL_ML)
+    assert (out[found] == 1).all() and moved == 0
+    assert (sides[:, :, 19:][found[:, :, 19:]] == 2).all()  # the input is left as it was
+    out, moved = part_at_spine(found, sides, 20.5, vote, VOXEL_ML)  # a spine across it: two lungs, parted as they were
+    assert np.array_equal(out, sides) and moved == 0
+
+
 def _at_a_junction() -> tuple[np.ndarray, ...]:
     """One find named left: a left lung (x 30-60) and a strip of the right lung (x 14-28) that meet
     only at a junction line (x 29-30, two rows), the network voting the strip left as well."""
@@ -109,6 +122,26 @@ def test_a_strip_that_meets_the_lung_at_a_junction_line_goes_to_the_other_side()
     assert (out[strip] == 1).all() and (out[found & ~strip] == 2).all()
     assert moved == pytest.approx(strip.sum() * VOXEL_ML)
     out, moved = part_at_spine(found, sides, 29.5, vote, VOXEL_ML, aerated=np.ones_like(found))  # aerated lung between: one
+    assert np.array_equal(out, sides) and moved == 0
+
+
+def test_a_strip_beyond_a_neck_past_the_spines_line_goes_to_the_other_side() -> None:
+    # a right lung (x 4-35) that reaches 3 voxels across the spine's line (x 32.5), joined at a
+    # neck (x 36, two rows) to a strip of the left lung at the view's edge (x 37-41), all voted right
+    found = np.zeros((12, 40, 42), bool)
+    found[:, 5:35, 4:36] = True
+    found[:, 12:14, 36] = True
+    found[:, 5:30, 37:42] = True
+    strip = np.zeros(found.shape, bool)
+    strip[:, :, 37:] = found[:, :, 37:]
+    sides = np.where(found, 1, 0).astype(np.uint8)
+    vote = np.zeros(found.shape, bool)
+    out, moved = part_at_spine(found, sides, 32.5, vote, VOXEL_ML)  # without the lung's density: the vote decides
+    assert np.array_equal(out, sides) and moved == 0
+    out, moved = part_at_spine(found, sides, 32.5, vote, VOXEL_ML, aerated=found)  # tissue around the neck: two lungs
+    assert (out[strip] == 2).all() and (out[found & ~strip & (np.arange(42) < 36)] == 1).all()
+    assert moved >= strip.sum() * VOXEL_ML
+    out, moved = part_at_spine(found, sides, 32.5, vote, VOXEL_ML, aerated=np.ones_like(found))  # aerated lung at the neck: one
     assert np.array_equal(out, sides) and moved == 0
 
 

@@ -41,7 +41,7 @@ from segpipe.refine.body import BodyParams
 from segpipe.refine.sides import AERATED_HU, FLANK_REACH_MM, WEAK_CUES, at_view_side
 from segpipe.refine.spine import join_beyond_spine, part_at_spine, spine_x
 
-__all__ = ["CoarseResult", "locate", "confident_parts", "SIDES"]
+__all__ = ["CoarseResult", "locate", "name_sides", "confident_parts", "SIDES"]
 
 SIDES = (("right", 1), ("left", 2))
 CUT_LUNG_SHARE = 0.03  # a lung the scan's edge cuts counts with this share of min_lung_ml (1.5 mL)
@@ -335,6 +335,28 @@ class CoarseResult:
         return (side_boundary(self.sides) + 0.5) * self.spacing_mm[0] / float(scan_spacing[0]) - 0.5
 
 
+def name_sides(found: np.ndarray, *, spine: float | None, voxel_ml: float, edge: np.ndarray | None,
+               cues: list[str] | None = None, **split: Any) -> tuple[np.ndarray, float]:
+    """The coarse finds ``found`` (boolean ``(z, y, x)``, canonical LPS) labelled by side, 1 right
+    and 2 left (docs/pipeline.md, "How right and left are decided"): the side split
+    (:func:`segpipe.refine.split_sides`, its keyword arguments ``split``; ``cues`` receives what
+    sided a lone lung), then, in a view that cuts the body where the spine shows (x index
+    ``spine``), the part of a find beyond it (:func:`segpipe.refine.spine.part_at_spine`), the
+    pieces that the scan's ends cut (:func:`segpipe.refine.join_cut_pieces`; ``edge``: the
+    scanner's circle) and a find beyond the spine at the view's side edge
+    (:func:`segpipe.refine.spine.join_beyond_spine`). Returns the sides and the mL that
+    ``part_at_spine`` gave to the other lung."""
+    left_vote = split["left_vote"]
+    sides = split_sides(found, spine_x=spine, cues=cues, **split)
+    parted_ml = 0.0
+    if spine is not None:
+        sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml, split.get("aerated"))
+    sides = join_cut_pieces(found, sides, split["midline_x"], left_vote, edge)
+    if spine is not None:
+        sides = join_beyond_spine(found, sides, spine, left_vote, edge)
+    return sides, parted_ml
+
+
 def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple[CoarseResult, list[str]]:
     """Run the coarse stage on the canonical scan (``weights``: the coarse network's);
     returns the result and warnings."""
@@ -403,18 +425,12 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     view_side = body_cut_side(body, edge)
     spine = spine_x(hu, coarse_img.GetSpacing(), body) if s.rules.sides.spine and view_side else None
     aerated = hu < AERATED_HU
-    sides = split_sides(found, min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote,
-                        view_side=view_side, outside=outside,
-                        flank_reach=int(round(FLANK_REACH_MM / coarse_img.GetSpacing()[0])),
-                        aerated=aerated, min_lung=int(round(s.min_lung_ml / voxel_ml)),
-                        centre_x=spatial.centre_x_index(coarse_img) if s.rules.sides.scanner_centre else None, spine_x=spine,
-                        cues=cues)
-    parted_ml = 0.0
-    if spine is not None:
-        sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml, aerated)
-    sides = join_cut_pieces(found, sides, midline_x, left_vote, edge)
-    if spine is not None:
-        sides = join_beyond_spine(found, sides, spine, left_vote, edge)
+    sides, parted_ml = name_sides(found, spine=spine, voxel_ml=voxel_ml, edge=edge, cues=cues,
+                                  min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote,
+                                  view_side=view_side, outside=outside,
+                                  flank_reach=int(round(FLANK_REACH_MM / coarse_img.GetSpacing()[0])),
+                                  aerated=aerated, min_lung=int(round(s.min_lung_ml / voxel_ml)),
+                                  centre_x=spatial.centre_x_index(coarse_img) if s.rules.sides.scanner_centre else None)
     unsure = set()
     for value in (1, 2):
         side = sides == value

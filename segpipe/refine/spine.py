@@ -19,6 +19,7 @@ import numpy as np
 from scipy import ndimage
 
 from segpipe.refine._util import component_sizes, label
+from segpipe.refine.columns import split_single
 from segpipe.refine.sides import CLEAR_VOTE, _side_of, _vote_side, at_view_side, lungs_apart
 
 __all__ = ["spine_x", "part_at_spine", "join_beyond_spine", "SPINE_BONE_HU", "SPINE_MIN_ML"]
@@ -82,34 +83,60 @@ def _spine_at(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], body: np.ndarr
 
 def part_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote: np.ndarray,
                   voxel_ml: float, aerated: np.ndarray | None = None) -> tuple[np.ndarray, float]:
-    """``sides`` (1 right, 2 left) with, per connected find of ``found`` that the side split gave
-    one side (less than :data:`SPINE_MIN_ML` of the other), the part of it beyond the spine's x
-    index ``spine`` (on the side that holds less of the find) given to that side, where it holds
-    :data:`SPINE_MIN_ML` or more and either the network's ``left_vote`` puts
-    :data:`segpipe.refine.sides.CLEAR_VOTE` of it there, or, with ``aerated`` (boolean, lung
-    density), it meets the rest of the find only at a junction line, across the mediastinum
-    (:func:`segpipe.refine.sides.lungs_apart`: in a view over one lung, the network's vote can
-    call a strip of the other lung beside it the same side; one lung that reaches across the
-    spine's line touches across its whole section); returns the new sides and the mL given."""
+    """``sides`` (1 right, 2 left) with each connected find of ``found`` parted at the spine's x
+    index ``spine``. Its part beyond the spine (on the side that holds less of the find):
+
+    - under :data:`SPINE_MIN_ML`: the find is one lung, of the side where it lies, even where the
+      side split parted it (a find that reaches the spine only at its edge is cut near its own
+      middle, not the body's, and the network's vote can call its two halves two lungs);
+    - :data:`SPINE_MIN_ML` or more, where the side split gave the find one side (less than
+      :data:`SPINE_MIN_ML` of the other): given to that side where either the network's
+      ``left_vote`` puts :data:`segpipe.refine.sides.CLEAR_VOTE` of it there, or, with ``aerated``
+      (boolean, lung density), it meets the rest of the find only at a junction line, across the
+      mediastinum (:func:`segpipe.refine.sides.lungs_apart`: in a view over one lung, the
+      network's vote can call a strip of the other lung beside it the same side; one lung that
+      reaches across the spine's line touches across its whole section).
+
+    Returns the new sides and the mL given to the other side beyond the spine."""
     out = sides.copy()
     labels, n = label(found)
     on_left = np.arange(found.shape[2])[None, None, :] > spine  # canonical LPS: x grows to the patient's left
     moved = 0
     for k in range(1, n + 1):
         piece = labels == k
-        if min(np.count_nonzero(piece & (sides == 1)), np.count_nonzero(piece & (sides == 2))) * voxel_ml >= SPINE_MIN_ML:
-            continue  # the side split has parted this find into two lungs already
         left = piece & on_left
-        side = 2 if 2 * np.count_nonzero(left) < np.count_nonzero(piece) else 1
+        side = 2 if 2 * np.count_nonzero(left) < np.count_nonzero(piece) else 1  # the side beyond the spine
         beyond = left if side == 2 else piece & ~on_left
+        parted = min(np.count_nonzero(piece & (sides == 1)), np.count_nonzero(piece & (sides == 2))) * voxel_ml >= SPINE_MIN_ML
         if np.count_nonzero(beyond) * voxel_ml < SPINE_MIN_ML:
+            if parted:
+                out[piece & (sides > 0)] = 3 - side
             continue
+        if parted:
+            continue  # the side split has parted this find into two lungs already
         vote = float(left_vote[beyond].mean())
-        if (vote if side == 2 else 1.0 - vote) >= CLEAR_VOTE or (aerated is not None and lungs_apart(beyond, piece & ~beyond, aerated)):
-            change = beyond & (sides > 0) & (sides != side)
-            out[change] = side
-            moved += int(np.count_nonzero(change))
+        if not ((vote if side == 2 else 1.0 - vote) >= CLEAR_VOTE or (aerated is not None and lungs_apart(beyond, piece & ~beyond, aerated))):
+            beyond = _half_apart(piece, spine, side, voxel_ml, aerated)
+        change = beyond & (sides > 0) & (sides != side)
+        out[change] = side
+        moved += int(np.count_nonzero(change))
     return out, moved * voxel_ml
+
+
+def _half_apart(piece: np.ndarray, spine: float, side: int, voxel_ml: float, aerated: np.ndarray | None) -> np.ndarray:
+    """The half of ``piece`` beyond its thinnest column near the spine (x index ``spine``;
+    :func:`segpipe.refine.columns.split_single`) on ``side``, where nine tenths of it lie on that
+    side of the spine, it holds :data:`SPINE_MIN_ML` or more and it meets the rest only at a
+    junction line (:func:`segpipe.refine.sides.lungs_apart`, with ``aerated``); else nothing.
+    Where the lung beside the spine reaches across its line, the strip of the other lung meets
+    it at a neck beyond the line, not on it."""
+    nothing = np.zeros(piece.shape, bool)
+    if aerated is None:
+        return nothing
+    far = piece & (split_single(piece, spine) == side)
+    if np.count_nonzero(far) * voxel_ml < SPINE_MIN_ML or _side_of(far, spine) != side or not lungs_apart(far, piece & ~far, aerated):
+        return nothing
+    return far
 
 
 def join_beyond_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote: np.ndarray,

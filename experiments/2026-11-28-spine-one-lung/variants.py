@@ -1,0 +1,88 @@
+"""Side-step variants on the dumped random crops (runs/spine/dump_S.pkl, ``../2026-11-28-spine-midline/dump.py``), each
+against the side step before it (``segpipe.infer.coarse.name_sides`` with ``before``, without the scanner's circle: the
+dumps do not hold it): ``variants.py VARIANT SEED ...``.
+
+VARIANT ``whole`` (as landed): a find that the side split parts into two lungs, in a view that cuts the body where the spine shows,
+is one lung of the side of the spine where it lies where less than ``SPINE_MIN_ML`` of it lies beyond the spine (the
+column split cuts near the spine only where the spine lies well inside the find); ``whole_share``: the same where nine
+tenths of it lie on one side. Prints each lung (>= 10 mL) whose coarse-grid Dice moves by more than 0.01, and the
+totals.
+``halfapart`` (as landed, with ``whole``): in a find still of one side, the half beyond the column cut near the spine goes
+to the other side where nine tenths of it lie beyond the spine, it holds ``SPINE_MIN_ML`` or more and it meets the rest
+only at a junction line (``spine._half_apart``)."""
+
+import pickle
+import sys
+
+import numpy as np
+
+from segpipe.infer import coarse
+from segpipe.refine import spine as spine_mod
+from segpipe.refine._util import label
+from segpipe.refine.spine import SPINE_MIN_ML, spine_x
+
+_part_at_spine = spine_mod.part_at_spine
+
+
+def before(found, sides, spine, left_vote, voxel_ml, aerated=None):  # type: ignore[no-untyped-def]
+    """``part_at_spine`` as before this experiment: a find that the side split parted stays parted."""
+    out, moved = _part_at_spine(found, sides, spine, left_vote, voxel_ml, aerated)
+    labels, n = label(found)
+    for k in range(1, n + 1):
+        piece = labels == k
+        if min(np.count_nonzero(piece & (sides == 1)), np.count_nonzero(piece & (sides == 2))) * voxel_ml >= SPINE_MIN_ML:
+            out[piece] = sides[piece]
+    return out, moved
+
+
+def share_at_spine(found, sides, spine, left_vote, voxel_ml, aerated=None):  # type: ignore[no-untyped-def]
+    """``whole_share``: a parted find is one lung where nine tenths of it lie on one side of the spine."""
+    out = sides.copy()
+    labels, n = label(found)
+    on_left = np.arange(found.shape[2])[None, None, :] > spine
+    for k in range(1, n + 1):
+        piece = labels == k
+        if min(np.count_nonzero(piece & (sides == 1)), np.count_nonzero(piece & (sides == 2))) * voxel_ml < SPINE_MIN_ML:
+            continue
+        share = np.count_nonzero(piece & on_left) / np.count_nonzero(piece)
+        if share > 0.9 or share < 0.1:
+            out[piece & (out > 0)] = 2 if share > 0.9 else 1
+    return before(found, out, spine, left_vote, voxel_ml, aerated)
+
+
+_half_apart = spine_mod._half_apart
+
+
+def run(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
+    coarse.part_at_spine = {"before": before, "whole": _part_at_spine, "whole_share": share_at_spine, "halfapart": _part_at_spine}[variant]
+    spine_mod._half_apart = _half_apart if variant == "halfapart" else lambda piece, *a: np.zeros(piece.shape, bool)
+    sides, _ = coarse.name_sides(r["found"], spine=spine, voxel_ml=float(np.prod(r["spacing"])) / 1000, edge=None, **kw)
+    return sides
+
+
+def dices(sides: np.ndarray, ref: np.ndarray, voxel_ml: float, min_ml: float) -> list[float]:
+    return [2 * ((sides == v) & (ref == v)).sum() / ((sides == v).sum() + (ref == v).sum())
+            for v in (1, 2) if (ref == v).sum() * voxel_ml >= min_ml]
+
+
+if __name__ == "__main__":
+    variant = sys.argv[1]
+    tot: dict[int, tuple[list[float], list[float]]] = {50: ([], []), 10: ([], [])}
+    for seed in sys.argv[2:]:
+        for r in pickle.load(open(f"runs/spine/dump_{seed}.pkl", "rb")):
+            if "found" not in r or r["found"].shape != r["rc"].shape or r["kw"].get("midline_x") is None:
+                continue
+            kw, voxel_ml = {k: v for k, v in r["kw"].items() if k != "spine_x"}, float(np.prod(r["spacing"])) / 1000
+            spine = spine_x(r["hu"], r["spacing"], r["body"]) if kw.get("view_side") else None
+            a, b = run(r, kw, spine, "before"), run(r, kw, spine, variant)
+            for m, (x, y) in tot.items():
+                da, db = dices(a, r["rc"], voxel_ml, m), dices(b, r["rc"], voxel_ml, m)
+                x += da
+                y += db
+                if m == 10:
+                    for u, w in zip(da, db):
+                        if abs(u - w) > 0.01:
+                            print(seed, r["case"][:10], r["i"], r["desc"], round(u, 3), "->", round(w, 3))
+    for m, (x, y) in tot.items():
+        x, y = np.array(x), np.array(y)
+        print(f">= {m} mL: {len(x)} lungs, Dice {x.mean():.4f} -> {y.mean():.4f}, under 0.5 {(x < 0.5).sum()} -> {(y < 0.5).sum()}")
