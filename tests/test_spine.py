@@ -125,23 +125,25 @@ def test_a_strip_that_meets_the_lung_at_a_junction_line_goes_to_the_other_side()
     assert np.array_equal(out, sides) and moved == 0
 
 
-def test_a_strip_beyond_a_neck_past_the_spines_line_goes_to_the_other_side() -> None:
-    # a right lung (x 4-35) that reaches 3 voxels across the spine's line (x 32.5), joined at a
-    # neck (x 36, two rows) to a strip of the left lung at the view's edge (x 37-41), all voted right
-    found = np.zeros((12, 40, 42), bool)
+@pytest.mark.parametrize("spine", [32.5, 34.5])  # 34.5: the spine within 15 % of the find's width of its edge
+def test_a_strip_beyond_a_neck_past_the_spines_line_goes_to_the_other_side(spine: float) -> None:
+    # a right lung (x 4-35) that reaches across the spine's line, joined at a neck (x 36, two
+    # rows) to a strip of the left lung at the view's edge (x 37-39), all voted right
+    found = np.zeros((12, 40, 40), bool)
     found[:, 5:35, 4:36] = True
     found[:, 12:14, 36] = True
-    found[:, 5:30, 37:42] = True
+    found[:, 5:30, 37:40] = True
     strip = np.zeros(found.shape, bool)
     strip[:, :, 37:] = found[:, :, 37:]
+    assert strip.sum() * VOXEL_ML >= SPINE_MIN_ML
     sides = np.where(found, 1, 0).astype(np.uint8)
     vote = np.zeros(found.shape, bool)
-    out, moved = part_at_spine(found, sides, 32.5, vote, VOXEL_ML)  # without the lung's density: the vote decides
+    out, moved = part_at_spine(found, sides, spine, vote, VOXEL_ML)  # without the lung's density: the vote decides
     assert np.array_equal(out, sides) and moved == 0
-    out, moved = part_at_spine(found, sides, 32.5, vote, VOXEL_ML, aerated=found)  # tissue around the neck: two lungs
-    assert (out[strip] == 2).all() and (out[found & ~strip & (np.arange(42) < 36)] == 1).all()
+    out, moved = part_at_spine(found, sides, spine, vote, VOXEL_ML, aerated=found)  # tissue around the neck: two lungs
+    assert (out[strip] == 2).all() and (out[found & ~strip & (np.arange(40) < 36)] == 1).all()
     assert moved >= strip.sum() * VOXEL_ML
-    out, moved = part_at_spine(found, sides, 32.5, vote, VOXEL_ML, aerated=np.ones_like(found))  # aerated lung at the neck: one
+    out, moved = part_at_spine(found, sides, spine, vote, VOXEL_ML, aerated=np.ones_like(found))  # aerated lung at the neck: one
     assert np.array_equal(out, sides) and moved == 0
 
 

@@ -7,9 +7,10 @@ is one lung of the side of the spine where it lies where less than ``SPINE_MIN_M
 column split cuts near the spine only where the spine lies well inside the find); ``whole_share``: the same where nine
 tenths of it lie on one side. Prints each lung (>= 10 mL) whose coarse-grid Dice moves by more than 0.01, and the
 totals.
-``halfapart`` (as landed, with ``whole``): in a find still of one side, the half beyond the column cut near the spine goes
+``halfapart`` (with ``whole``): in a find still of one side, the half beyond the column cut near the spine goes
 to the other side where nine tenths of it lie beyond the spine, it holds ``SPINE_MIN_ML`` or more and it meets the rest
-only at a junction line (``spine._half_apart``)."""
+only at a junction line (``spine._half_apart``); ``halfband`` (as landed): the same with that cut looked for near the spine wherever
+it lies inside the find."""
 
 import pickle
 import sys
@@ -17,6 +18,7 @@ import sys
 import numpy as np
 
 from segpipe.infer import coarse
+from segpipe.refine import columns
 from segpipe.refine import spine as spine_mod
 from segpipe.refine._util import label
 from segpipe.refine.spine import SPINE_MIN_ML, spine_x
@@ -51,11 +53,19 @@ def share_at_spine(found, sides, spine, left_vote, voxel_ml, aerated=None):  # t
 
 
 _half_apart = spine_mod._half_apart
+_column_halves = spine_mod.column_halves
+
+
+def first_cut(mask: np.ndarray, turn: float = 0.0, centre: float | None = None, anywhere: bool = False) -> np.ndarray:
+    """``halfapart``: the cut of ``_half_apart`` as the side split's own (``columns.split_single``: near the spine only
+    where it lies 15 % of the find's width inside it)."""
+    return columns.split_single(mask, centre)
 
 
 def run(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
-    coarse.part_at_spine = {"before": before, "whole": _part_at_spine, "whole_share": share_at_spine, "halfapart": _part_at_spine}[variant]
-    spine_mod._half_apart = _half_apart if variant == "halfapart" else lambda piece, *a: np.zeros(piece.shape, bool)
+    coarse.part_at_spine = {"before": before, "whole_share": share_at_spine}.get(variant, _part_at_spine)
+    spine_mod._half_apart = _half_apart if variant in ("halfapart", "halfband") else lambda piece, *a: np.zeros(piece.shape, bool)
+    spine_mod.column_halves = first_cut if variant == "halfapart" else _column_halves
     sides, _ = coarse.name_sides(r["found"], spine=spine, voxel_ml=float(np.prod(r["spacing"])) / 1000, edge=None, **kw)
     return sides
 

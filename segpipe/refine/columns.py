@@ -20,13 +20,13 @@ __all__ = ["split_single", "column_halves", "two_cores", "junction_turn", "COLUM
 COLUMN_SEARCH = 0.15  # the thinnest column is looked for within this share of the extent each side of its middle (or the spine)
 
 
-def column_halves(mask: np.ndarray, turn: float = 0.0, centre: float | None = None) -> np.ndarray:
+def column_halves(mask: np.ndarray, turn: float = 0.0, centre: float | None = None, anywhere: bool = False) -> np.ndarray:
     """Split one lung component into right (1, low x) and left (2) per axial slice at the
     thinnest column near the middle of the mask's x extent (:data:`COLUMN_SEARCH`), or near
     x index ``centre`` (the spine's, in a view that cuts the body) where it lies that far
-    inside the extent. With ``turn`` (radians), the columns are turned by it in the axial plane:
-    the cut runs square to the line at that angle from x (a patient turned in the scanner), near
-    the middle."""
+    inside the extent (``anywhere``: anywhere inside it, the search kept inside it). With
+    ``turn`` (radians), the columns are turned by it in the axial plane: the cut runs square to
+    the line at that angle from x (a patient turned in the scanner), near the middle."""
     out = np.zeros(mask.shape, np.uint8)
     if turn:
         y, x = np.mgrid[0:mask.shape[1], 0:mask.shape[2]]
@@ -38,9 +38,10 @@ def column_halves(mask: np.ndarray, turn: float = 0.0, centre: float | None = No
     extent = across[mask.any(axis=0)]
     lo_u, hi_u = int(extent.min()), int(extent.max())
     half = COLUMN_SEARCH * (hi_u - lo_u)
-    middle = centre if centre is not None and lo_u + half <= centre <= hi_u - half else (lo_u + hi_u) // 2
+    inside = half if not anywhere else 0.0
+    middle = centre if centre is not None and lo_u + inside <= centre <= hi_u - inside else (lo_u + hi_u) // 2
     mid_default = int(middle)
-    lo, hi = int(middle - half), int(middle + half) + 1
+    lo, hi = max(int(middle - half), lo_u), min(int(middle + half) + 1, hi_u + 1)
     for z in range(mask.shape[0]):
         s = mask[z]
         if not s.any():

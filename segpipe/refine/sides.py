@@ -33,13 +33,14 @@ class SidesParams:
             lung of that side (:func:`beyond_centre`).
         spine: in a view that cuts the body, the part of a find beyond the spine (the body's
             midline, :func:`segpipe.refine.spine.spine_x`) goes to that side where the network's
-            vote agrees or where it meets the rest only at a junction line
-            (:func:`segpipe.refine.spine.part_at_spine`): a strip of one lung joined to the
-            other where they meet in front; a find left without a side at the view's edge,
-            beyond the spine from the largest, is the other lung
-            (:func:`segpipe.refine.spine.join_beyond_spine`); and a find that holds both lungs is split at
-            its thinnest column near the spine rather than near its middle (the middle of a find
-            in such a view is not the body's).
+            vote agrees or where it (or the part beyond a neck past the spine's line) meets the
+            rest only at a junction line (:func:`segpipe.refine.spine.part_at_spine`): a strip
+            of one lung joined to the other where they meet in front; a find with under 20 mL
+            beyond the spine is one lung, however the side split parted it; a find left without
+            a side at the view's edge, beyond the spine from the largest, is the other lung
+            (:func:`segpipe.refine.spine.join_beyond_spine`); and a find that holds both lungs
+            is split at its thinnest column near the spine rather than near its middle (the
+            middle of a find in such a view is not the body's).
     """
 
     min_fraction: float = 0.15

@@ -9,8 +9,8 @@ near it (:func:`segpipe.refine.sides.split_sides`), and :func:`part_at_spine` gi
 find that the split gave one side beyond it to the other side where the network's vote agrees, or
 where that part meets the rest of the find only at a junction line (two lungs lie apart across
 the mediastinum; one lung that reaches across the spine's line touches across its whole
-section). The spine alone would cut lungs that reach across its line, the vote alone splits
-single lungs.
+section), and keeps a find with little beyond the spine whole. The spine alone would cut lungs
+that reach across its line, the vote alone splits single lungs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 from scipy import ndimage
 
 from segpipe.refine._util import component_sizes, label
-from segpipe.refine.columns import split_single
+from segpipe.refine.columns import column_halves
 from segpipe.refine.sides import CLEAR_VOTE, _side_of, _vote_side, at_view_side, lungs_apart
 
 __all__ = ["spine_x", "part_at_spine", "join_beyond_spine", "SPINE_BONE_HU", "SPINE_MIN_ML"]
@@ -124,16 +124,17 @@ def part_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote:
 
 
 def _half_apart(piece: np.ndarray, spine: float, side: int, voxel_ml: float, aerated: np.ndarray | None) -> np.ndarray:
-    """The half of ``piece`` beyond its thinnest column near the spine (x index ``spine``;
-    :func:`segpipe.refine.columns.split_single`) on ``side``, where nine tenths of it lie on that
-    side of the spine, it holds :data:`SPINE_MIN_ML` or more and it meets the rest only at a
-    junction line (:func:`segpipe.refine.sides.lungs_apart`, with ``aerated``); else nothing.
+    """The half of ``piece`` beyond its thinnest column near the spine (x index ``spine``,
+    anywhere inside the find: :func:`segpipe.refine.columns.column_halves`) on ``side``, where
+    nine tenths of it lie on that side of the spine, it holds :data:`SPINE_MIN_ML` or more and it
+    meets the rest only at a junction line (:func:`segpipe.refine.sides.lungs_apart`, with
+    ``aerated``); else nothing.
     Where the lung beside the spine reaches across its line, the strip of the other lung meets
     it at a neck beyond the line, not on it."""
     nothing = np.zeros(piece.shape, bool)
     if aerated is None:
         return nothing
-    far = piece & (split_single(piece, spine) == side)
+    far = piece & (column_halves(piece, centre=spine, anywhere=True) == side)
     if np.count_nonzero(far) * voxel_ml < SPINE_MIN_ML or _side_of(far, spine) != side or not lungs_apart(far, piece & ~far, aerated):
         return nothing
     return far
