@@ -10,7 +10,9 @@ totals.
 ``halfapart`` (with ``whole``): in a find still of one side, the half beyond the column cut near the spine goes
 to the other side where nine tenths of it lie beyond the spine, it holds ``SPINE_MIN_ML`` or more and it meets the rest
 only at a junction line (``spine._half_apart``); ``halfband`` (as landed): the same with that cut looked for near the spine wherever
-it lies inside the find."""
+it lies inside the find. ``pairspine`` (with ``halfband``): two finds that lie nine tenths on one side of the spine and
+that the vote calls that side are one lung's pieces (the ``_pieces_of_one_lung`` test with the spine for the view's
+middle)."""
 
 import pickle
 import sys
@@ -19,6 +21,7 @@ import numpy as np
 
 from segpipe.infer import coarse
 from segpipe.refine import columns
+from segpipe.refine import sides as sides_mod
 from segpipe.refine import spine as spine_mod
 from segpipe.refine._util import label
 from segpipe.refine.spine import SPINE_MIN_ML, spine_x
@@ -62,10 +65,24 @@ def first_cut(mask: np.ndarray, turn: float = 0.0, centre: float | None = None, 
     return columns.split_single(mask, centre)
 
 
+_pieces = sides_mod._pieces_of_one_lung
+SPINE: list[float | None] = [None]
+
+
+def pieces_by_spine(labels, order, a, b, midline_x, left_vote, outside, flank_reach):  # type: ignore[no-untyped-def]
+    """``pairspine``: ``sides._pieces_of_one_lung``, then the same test with the spine for the midline where it shows."""
+    out = _pieces(labels, order, a, b, midline_x, left_vote, outside, flank_reach)
+    if out is None and SPINE[0] is not None and left_vote is not None:
+        out = _pieces(labels, order, a, b, SPINE[0], left_vote, None, flank_reach)
+    return out
+
+
 def run(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
     coarse.part_at_spine = {"before": before, "whole_share": share_at_spine}.get(variant, _part_at_spine)
     spine_mod._half_apart = _half_apart if variant in ("halfapart", "halfband") else lambda piece, *a: np.zeros(piece.shape, bool)
     spine_mod.column_halves = first_cut if variant == "halfapart" else _column_halves
+    SPINE[0] = spine
+    sides_mod._pieces_of_one_lung = pieces_by_spine if variant == "pairspine" else _pieces
     sides, _ = coarse.name_sides(r["found"], spine=spine, voxel_ml=float(np.prod(r["spacing"])) / 1000, edge=None, **kw)
     return sides
 

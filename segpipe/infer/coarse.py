@@ -357,24 +357,15 @@ def name_sides(found: np.ndarray, *, spine: float | None, voxel_ml: float, edge:
     return sides, parted_ml
 
 
-def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple[CoarseResult, list[str]]:
-    """Run the coarse stage on the canonical scan (``weights``: the coarse network's);
-    returns the result and warnings."""
+def _network(array: np.ndarray, coarse_img: sitk.Image, weights: dict[str, Any],
+             s: Settings) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[float, ...]]:
+    """The coarse network on the coarse grid's ``array`` (HU, ``(z, y, x)``): any lung's
+    probability, where it is confident (:attr:`Settings.confident`), per voxel whether it calls
+    the left lung rather than the right, and the in-plane zooms its side vote is averaged over."""
     import torch
 
     from segpipe.model import any_lung, sliding_window_probs, zoom_averaged_probs
 
-    coarse_mm = spatial.spacing_for_size(canonical, tuple(s.coarse_size_xyz)) if s.coarse_size_xyz else s.coarse_mm
-    scan_padding = padding_of(sitk.GetArrayViewFromImage(canonical), s.rules.body)  # the scanner's padding: raised to air
-    padding_in_plane = None if scan_padding is None else (spatial.in_plane_image(scan_padding[0], canonical), scan_padding[1])
-    coarse_img = spatial.resample_image(canonical, coarse_mm, padding=padding_in_plane)
-    array = sitk.GetArrayFromImage(coarse_img)
-    # blank slices at the scan's ends are beyond its range: the network sees the scanned range's
-    # end slice repeated there, as beyond any scan's edge, and the lungs are found between them
-    zs, near = scanned_slices(canonical, coarse_img, s.rules.body.hu)
-    if zs != slice(None):
-        array[:zs.start] = array[zs.start]
-        array[zs.stop:] = array[zs.stop - 1]
     net = load_network("coarse", s.coarse, weights, s.device)
     run = partial(sliding_window_probs, net, stage=s.coarse, window_hu=s.window_hu, device=s.device, accumulate_on=s.device,
                   sw_batch=s.window_batch(s.coarse), overlap=s.coarse.overlap)
@@ -387,9 +378,46 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     zooms = s.coarse_zooms((array.shape[2] * sx, array.shape[1] * sy))
     votes = zoom_averaged_probs(run, array, zooms, plain=probs) if len(zooms) > 1 else probs
     left_vote = (votes[2] > votes[1]).numpy()
-    del run, net, probs, votes, array
+    del run, net, probs, votes
     if s.device.type == "cuda":
         torch.cuda.empty_cache()
+    return lung, confident, left_vote, zooms
+
+
+def _count_sides(sides: np.ndarray, confident: np.ndarray, surely_found: np.ndarray, edge: np.ndarray | None,
+                 voxel_ml: float, min_lung_ml: float) -> frozenset[int]:
+    """Drop (in place) each side of ``sides`` without enough ``confident`` lung: ``min_lung_ml``,
+    or :data:`CUT_LUNG_SHARE` of it where the scan's edge cuts the lung; return the sides that
+    stay but are unsure (a cut lung under :data:`SURE_CUT_SHARE` of it, or with none of
+    ``surely_found``: rule ``gas`` looks at them again)."""
+    unsure = set()
+    for value in (1, 2):
+        side = sides == value
+        cut = _at_edge(side, edge)
+        sure_ml = np.count_nonzero(side & confident) * voxel_ml
+        if sure_ml < min_lung_ml * (CUT_LUNG_SHARE if cut else 1.0):
+            sides[side] = 0
+        elif cut and (sure_ml < min_lung_ml * SURE_CUT_SHARE or not (side & surely_found).any()):
+            unsure.add(value)
+    return frozenset(unsure)
+
+
+def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple[CoarseResult, list[str]]:
+    """Run the coarse stage on the canonical scan (``weights``: the coarse network's);
+    returns the result and warnings."""
+    coarse_mm = spatial.spacing_for_size(canonical, tuple(s.coarse_size_xyz)) if s.coarse_size_xyz else s.coarse_mm
+    scan_padding = padding_of(sitk.GetArrayViewFromImage(canonical), s.rules.body)  # the scanner's padding: raised to air
+    padding_in_plane = None if scan_padding is None else (spatial.in_plane_image(scan_padding[0], canonical), scan_padding[1])
+    coarse_img = spatial.resample_image(canonical, coarse_mm, padding=padding_in_plane)
+    array = sitk.GetArrayFromImage(coarse_img)
+    # blank slices at the scan's ends are beyond its range: the network sees the scanned range's
+    # end slice repeated there, as beyond any scan's edge, and the lungs are found between them
+    zs, near = scanned_slices(canonical, coarse_img, s.rules.body.hu)
+    if zs != slice(None):
+        array[:zs.start] = array[zs.start]
+        array[zs.stop:] = array[zs.stop - 1]
+    lung, confident, left_vote, zooms = _network(array, coarse_img, weights, s)
+    del array
     release_freed_memory()
 
     full_hu = sitk.GetArrayViewFromImage(coarse_img)
@@ -431,15 +459,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
                                   flank_reach=int(round(FLANK_REACH_MM / coarse_img.GetSpacing()[0])),
                                   aerated=aerated, min_lung=int(round(s.min_lung_ml / voxel_ml)),
                                   centre_x=spatial.centre_x_index(coarse_img) if s.rules.sides.scanner_centre else None)
-    unsure = set()
-    for value in (1, 2):
-        side = sides == value
-        cut = _at_edge(side, edge)
-        sure_ml = np.count_nonzero(side & confident) * voxel_ml
-        if sure_ml < s.min_lung_ml * (CUT_LUNG_SHARE if cut else 1.0):
-            sides[side] = 0
-        elif cut and (sure_ml < s.min_lung_ml * SURE_CUT_SHARE or not (side & surely_found).any()):
-            unsure.add(value)
+    unsure = _count_sides(sides, confident, surely_found, edge, voxel_ml, s.min_lung_ml)
     # the scan's last slice can look its body up in a coarse slice beyond the range (the network's lung likewise)
     sides, body = _on_grid(sides, zs, full_hu.shape), _on_grid(body, zs, full_hu.shape, repeat_to=near)
     view_rim = None if view_rim is None else _on_grid(view_rim, zs, full_hu.shape, repeat_to=near)
@@ -455,7 +475,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
         spatial.copy_geometry(np.asarray(_on_grid(lung[near], near, lung.shape), np.float32), coarse_img), sides, body, airways,
         boxes, padding_in_plane, zooms, view_rim,
         None if spine is None else round(float(coarse_img.TransformContinuousIndexToPhysicalPoint((spine, 0.0, 0.0))[0]), 1),
-        frozenset(unsure),
+        unsure,
     )
     warnings = [] if boxes else ["no lung found: the scan may not include the chest; the mask is empty"]
     if len(boxes) == 1 and cues and cues[0] in WEAK_CUES:
