@@ -101,6 +101,23 @@ def test_a_find_parted_away_from_the_spine_is_one_lung_where_little_of_it_lies_b
     assert np.array_equal(out, sides) and moved == 0
 
 
+def test_a_find_named_against_the_spine_and_the_scanners_centre_takes_their_side() -> None:
+    found = np.zeros((12, 40, 40), bool)
+    found[:, 5:35, 3:34] = True  # a right lung beside the spine (x 34.5), voted left by the network
+    found[:, 10:14, 34:36] = True  # 3 mL of it across the spine's line
+    sides = np.where(found, 2, 0).astype(np.uint8)
+    vote = found.copy()
+    out, moved = part_at_spine(found, sides, 34.5, vote, VOXEL_ML, centre_x=36.0)
+    assert (out[found] == 1).all() and moved == 0
+    assert (sides[found] == 2).all()  # the input is left as it was
+    for centre in (None, 18.0):  # without the scanner's centre, or with it inside the find: the vote's side stays
+        out, _ = part_at_spine(found, sides, 34.5, vote, VOXEL_ML, centre_x=centre)
+        assert np.array_equal(out, sides)
+    sides[:, 5:10, 3:5] = 1  # a piece named the other side (under 20 mL) in it: not named wholly the other side
+    out, _ = part_at_spine(found, sides, 34.5, vote, VOXEL_ML, centre_x=36.0)
+    assert np.array_equal(out, sides)
+
+
 def _at_a_junction() -> tuple[np.ndarray, ...]:
     """One find named left: a left lung (x 30-60) and a strip of the right lung (x 14-28) that meet
     only at a junction line (x 29-30, two rows), the network voting the strip left as well."""

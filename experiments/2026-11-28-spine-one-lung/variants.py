@@ -14,6 +14,7 @@ it lies inside the find. ``pairspine`` (with ``halfband``): two finds that lie n
 that the vote calls that side are one lung's pieces (the ``_pieces_of_one_lung`` test with the spine for the view's
 middle)."""
 
+import os
 import pickle
 import sys
 
@@ -77,10 +78,37 @@ def pieces_by_spine(labels, order, a, b, midline_x, left_vote, outside, flank_re
     return out
 
 
+def spine_side(found, sides, spine, left_vote, voxel_ml, aerated=None):  # type: ignore[no-untyped-def]
+    """``spineside`` (with ``halfband``): a find of one side (or none) with less than SPINE_MIN_ML beyond the spine takes
+    the side where it lies, against the network's vote (``MIN_ML``: only finds of that many mL or more)."""
+    out, moved = _part_at_spine(found, sides, spine, left_vote, voxel_ml, aerated)
+    labels, n = label(found)
+    on_left = np.arange(found.shape[2])[None, None, :] > spine
+    for k in range(1, n + 1):
+        piece = labels == k
+        size = np.count_nonzero(piece)
+        if size * voxel_ml < MIN_ML[0] or not out[piece].any():
+            continue
+        left = np.count_nonzero(piece & on_left)
+        side = 2 if 2 * left > size else 1
+        if (size - left if side == 2 else left) * voxel_ml < SPINE_MIN_ML and (CENTRE[0] is None or
+                                                                               sides_mod.centre_side(piece, CENTRE[0]) == side):
+            out[piece & (out > 0)] = side
+    return out, moved
+
+
+MIN_ML = [0.0]
+CENTRE: list[float | None] = [None]  # ``spinecentre``: the scanner's centre must put nine tenths of the find on that side too
+
+
 def run(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
-    coarse.part_at_spine = {"before": before, "whole_share": share_at_spine}.get(variant, _part_at_spine)
-    spine_mod._half_apart = _half_apart if variant in ("halfapart", "halfband") else lambda piece, *a: np.zeros(piece.shape, bool)
+    MIN_ML[0] = 50.0 if variant == "spineside50" else 0.0
+    CENTRE[0] = kw.get("centre_x") if variant == "spinecentre" else None
+    coarse.part_at_spine = {"before": before, "whole_share": share_at_spine, "spineside": spine_side,
+                            "spineside50": spine_side, "spinecentre": spine_side}.get(variant, _part_at_spine)
+    spine_mod._half_apart = lambda piece, *a: np.zeros(piece.shape, bool) if variant in ("before", "whole", "whole_share") else _half_apart(piece, *a)
     spine_mod.column_halves = first_cut if variant == "halfapart" else _column_halves
+    spine_mod.centre_side = sides_mod.centre_side if variant == "spineflip" else lambda *a: 0  # the flip needs the centre
     SPINE[0] = spine
     sides_mod._pieces_of_one_lung = pieces_by_spine if variant == "pairspine" else _pieces
     sides, _ = coarse.name_sides(r["found"], spine=spine, voxel_ml=float(np.prod(r["spacing"])) / 1000, edge=None, **kw)
@@ -94,6 +122,7 @@ def dices(sides: np.ndarray, ref: np.ndarray, voxel_ml: float, min_ml: float) ->
 
 if __name__ == "__main__":
     variant = sys.argv[1]
+    BASE = os.environ.get("BASE", "before")  # the variant to compare against
     tot: dict[int, tuple[list[float], list[float]]] = {50: ([], []), 10: ([], [])}
     for seed in sys.argv[2:]:
         for r in pickle.load(open(f"runs/spine/dump_{seed}.pkl", "rb")):
@@ -101,7 +130,7 @@ if __name__ == "__main__":
                 continue
             kw, voxel_ml = {k: v for k, v in r["kw"].items() if k != "spine_x"}, float(np.prod(r["spacing"])) / 1000
             spine = spine_x(r["hu"], r["spacing"], r["body"]) if kw.get("view_side") else None
-            a, b = run(r, kw, spine, "before"), run(r, kw, spine, variant)
+            a, b = run(r, kw, spine, BASE), run(r, kw, spine, variant)
             for m, (x, y) in tot.items():
                 da, db = dices(a, r["rc"], voxel_ml, m), dices(b, r["rc"], voxel_ml, m)
                 x += da

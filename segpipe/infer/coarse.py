@@ -350,7 +350,7 @@ def name_sides(found: np.ndarray, *, spine: float | None, voxel_ml: float, edge:
     sides = split_sides(found, spine_x=spine, cues=cues, **split)
     parted_ml = 0.0
     if spine is not None:
-        sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml, split.get("aerated"))
+        sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml, split.get("aerated"), split.get("centre_x"))
     sides = join_cut_pieces(found, sides, split["midline_x"], left_vote, edge)
     if spine is not None:
         sides = join_beyond_spine(found, sides, spine, left_vote, edge)

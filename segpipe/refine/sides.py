@@ -36,8 +36,10 @@ class SidesParams:
             vote agrees or where it (or the part beyond a neck past the spine's line) meets the
             rest only at a junction line (:func:`segpipe.refine.spine.part_at_spine`): a strip
             of one lung joined to the other where they meet in front; a find with under 20 mL
-            beyond the spine is one lung, however the side split parted it; a find left without
-            a side at the view's edge, beyond the spine from the largest, is the other lung
+            beyond the spine is one lung, however the side split parted it, and, where it also
+            lies on that side of the scanner's centre, of that side whatever the vote; a find
+            left without a side at the view's edge, beyond the spine from the largest, is the
+            other lung
             (:func:`segpipe.refine.spine.join_beyond_spine`); and a find that holds both lungs
             is split at its thinnest column near the spine rather than near its middle (the
             middle of a find in such a view is not the body's).

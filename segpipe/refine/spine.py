@@ -20,7 +20,7 @@ from scipy import ndimage
 
 from segpipe.refine._util import component_sizes, label
 from segpipe.refine.columns import column_halves
-from segpipe.refine.sides import CLEAR_VOTE, _side_of, _vote_side, at_view_side, lungs_apart
+from segpipe.refine.sides import CLEAR_VOTE, _side_of, _vote_side, at_view_side, centre_side, lungs_apart
 
 __all__ = ["spine_x", "part_at_spine", "join_beyond_spine", "SPINE_BONE_HU", "SPINE_MIN_ML"]
 
@@ -82,13 +82,16 @@ def _spine_at(hu_zyx: np.ndarray, spacing_xyz: tuple[float, ...], body: np.ndarr
 
 
 def part_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote: np.ndarray,
-                  voxel_ml: float, aerated: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+                  voxel_ml: float, aerated: np.ndarray | None = None, centre_x: float | None = None) -> tuple[np.ndarray, float]:
     """``sides`` (1 right, 2 left) with each connected find of ``found`` parted at the spine's x
     index ``spine``. Its part beyond the spine (on the side that holds less of the find):
 
     - under :data:`SPINE_MIN_ML`: the find is one lung, of the side where it lies, even where the
       side split parted it (a find that reaches the spine only at its edge is cut near its own
-      middle, not the body's, and the network's vote can call its two halves two lungs);
+      middle, not the body's, and the network's vote can call its two halves two lungs), or
+      where it was named wholly the other side and nine tenths of it lie on its side of the
+      scanner's centre ``centre_x`` too (:func:`segpipe.refine.sides.centre_side`: two
+      geometric cues against the network's vote on a view that shows one lung);
     - :data:`SPINE_MIN_ML` or more, where the side split gave the find one side (less than
       :data:`SPINE_MIN_ML` of the other): given to that side where either the network's
       ``left_vote`` puts :data:`segpipe.refine.sides.CLEAR_VOTE` of it there, or, with ``aerated``
@@ -109,7 +112,8 @@ def part_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote:
         beyond = left if side == 2 else piece & ~on_left
         parted = min(np.count_nonzero(piece & (sides == 1)), np.count_nonzero(piece & (sides == 2))) * voxel_ml >= SPINE_MIN_ML
         if np.count_nonzero(beyond) * voxel_ml < SPINE_MIN_ML:
-            if parted:
+            named = set(np.unique(sides[piece]).tolist()) - {0}
+            if parted or (named == {side} and centre_side(piece, centre_x) == 3 - side):
                 out[piece & (sides > 0)] = 3 - side
             continue
         if parted:
