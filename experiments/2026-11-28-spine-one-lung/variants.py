@@ -12,7 +12,10 @@ to the other side where nine tenths of it lie beyond the spine, it holds ``SPINE
 only at a junction line (``spine._half_apart``); ``halfband`` (as landed): the same with that cut looked for near the spine wherever
 it lies inside the find. ``pairspine`` (with ``halfband``): two finds that lie nine tenths on one side of the spine and
 that the vote calls that side are one lung's pieces (the ``_pieces_of_one_lung`` test with the spine for the view's
-middle)."""
+middle). ``spineside`` (with ``halfband``): a find with less than ``SPINE_MIN_ML`` beyond the spine takes the side where it
+lies, against the vote; ``spinecentre``: the same where nine tenths of it lie on that side of the scanner's centre too;
+``spineflip`` (as landed): ``spinecentre`` only for a find named wholly the other side. ``BASE=VARIANT`` compares against
+another variant than ``before``."""
 
 import os
 import pickle
@@ -30,7 +33,7 @@ from segpipe.refine.spine import SPINE_MIN_ML, spine_x
 _part_at_spine = spine_mod.part_at_spine
 
 
-def before(found, sides, spine, left_vote, voxel_ml, aerated=None):  # type: ignore[no-untyped-def]
+def before(found, sides, spine, left_vote, voxel_ml, aerated=None, centre_x=None):  # type: ignore[no-untyped-def]
     """``part_at_spine`` as before this experiment: a find that the side split parted stays parted."""
     out, moved = _part_at_spine(found, sides, spine, left_vote, voxel_ml, aerated)
     labels, n = label(found)
@@ -41,7 +44,7 @@ def before(found, sides, spine, left_vote, voxel_ml, aerated=None):  # type: ign
     return out, moved
 
 
-def share_at_spine(found, sides, spine, left_vote, voxel_ml, aerated=None):  # type: ignore[no-untyped-def]
+def share_at_spine(found, sides, spine, left_vote, voxel_ml, aerated=None, centre_x=None):  # type: ignore[no-untyped-def]
     """``whole_share``: a parted find is one lung where nine tenths of it lie on one side of the spine."""
     out = sides.copy()
     labels, n = label(found)
@@ -78,7 +81,7 @@ def pieces_by_spine(labels, order, a, b, midline_x, left_vote, outside, flank_re
     return out
 
 
-def spine_side(found, sides, spine, left_vote, voxel_ml, aerated=None):  # type: ignore[no-untyped-def]
+def spine_side(found, sides, spine, left_vote, voxel_ml, aerated=None, centre_x=None):  # type: ignore[no-untyped-def]
     """``spineside`` (with ``halfband``): a find of one side (or none) with less than SPINE_MIN_ML beyond the spine takes
     the side where it lies, against the network's vote (``MIN_ML``: only finds of that many mL or more)."""
     out, moved = _part_at_spine(found, sides, spine, left_vote, voxel_ml, aerated)
