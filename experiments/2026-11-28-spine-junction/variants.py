@@ -10,8 +10,8 @@ beyond the spine also moves where it meets the rest at a junction line (written 
 landed; ``both``: ``apart2`` and ``beyond2``; ``pairspine``: ``both``, and two finds on one side of the spine as one
 lung's pieces. Prints each lung (>= 10 mL) whose coarse-grid Dice moves by more than 0.01, and the totals."""
 
-import pickle
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -20,7 +20,10 @@ from segpipe.refine import sides as sides_mod
 from segpipe.refine._util import label
 from segpipe.refine.columns import two_cores
 from segpipe.refine.sides import _side_of, centre_side, join_cut_pieces, piece_side, split_sides
-from segpipe.refine.spine import part_at_spine, spine_x
+from segpipe.refine.spine import part_at_spine
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "2026-11-28-spine-midline"))
+from replay import compare  # noqa: E402
 
 
 def onecore(found: np.ndarray, sides: np.ndarray, kw: dict, spine: float | None) -> np.ndarray:
@@ -199,29 +202,6 @@ def coarse(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
     return sides
 
 
-def dices(sides: np.ndarray, ref: np.ndarray, voxel_ml: float, min_ml: float) -> list[float]:
-    return [2 * ((sides == v) & (ref == v)).sum() / ((sides == v).sum() + (ref == v).sum())
-            for v in (1, 2) if (ref == v).sum() * voxel_ml >= min_ml]
-
-
 if __name__ == "__main__":
     variant = sys.argv[1]
-    tot: dict[int, tuple[list[float], list[float]]] = {50: ([], []), 10: ([], [])}
-    for seed in sys.argv[2:]:
-        for r in pickle.load(open(f"runs/spine/dump_{seed}.pkl", "rb")):
-            if "found" not in r or r["found"].shape != r["rc"].shape or r["kw"].get("midline_x") is None:
-                continue
-            kw, voxel_ml = {k: v for k, v in r["kw"].items() if k != "spine_x"}, float(np.prod(r["spacing"])) / 1000
-            spine = spine_x(r["hu"], r["spacing"], r["body"]) if kw.get("view_side") else None
-            a, b = coarse(r, kw, spine, "landed"), coarse(r, kw, spine, variant)
-            for m, (x, y) in tot.items():
-                da, db = dices(a, r["rc"], voxel_ml, m), dices(b, r["rc"], voxel_ml, m)
-                x += da
-                y += db
-                if m == 10:
-                    for u, w in zip(da, db):
-                        if abs(u - w) > 0.01:
-                            print(seed, r["case"][:10], r["i"], r["desc"], round(u, 3), "->", round(w, 3))
-    for m, (x, y) in tot.items():
-        x, y = np.array(x), np.array(y)
-        print(f">= {m} mL: {len(x)} lungs, Dice {x.mean():.4f} -> {y.mean():.4f}, under 0.5 {(x < 0.5).sum()} -> {(y < 0.5).sum()}")
+    compare(sys.argv[2:], lambda r, kw, spine: coarse(r, kw, spine, "landed"), lambda r, kw, spine: coarse(r, kw, spine, variant))

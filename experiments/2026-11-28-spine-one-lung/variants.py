@@ -18,8 +18,8 @@ lies, against the vote; ``spinecentre``: the same where nine tenths of it lie on
 another variant than ``before``."""
 
 import os
-import pickle
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -28,7 +28,10 @@ from segpipe.refine import columns
 from segpipe.refine import sides as sides_mod
 from segpipe.refine import spine as spine_mod
 from segpipe.refine._util import label
-from segpipe.refine.spine import SPINE_MIN_ML, spine_x
+from segpipe.refine.spine import SPINE_MIN_ML
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "2026-11-28-spine-midline"))
+from replay import compare  # noqa: E402
 
 _part_at_spine = spine_mod.part_at_spine
 
@@ -118,30 +121,7 @@ def run(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
     return sides
 
 
-def dices(sides: np.ndarray, ref: np.ndarray, voxel_ml: float, min_ml: float) -> list[float]:
-    return [2 * ((sides == v) & (ref == v)).sum() / ((sides == v).sum() + (ref == v).sum())
-            for v in (1, 2) if (ref == v).sum() * voxel_ml >= min_ml]
-
-
 if __name__ == "__main__":
     variant = sys.argv[1]
     BASE = os.environ.get("BASE", "before")  # the variant to compare against
-    tot: dict[int, tuple[list[float], list[float]]] = {50: ([], []), 10: ([], [])}
-    for seed in sys.argv[2:]:
-        for r in pickle.load(open(f"runs/spine/dump_{seed}.pkl", "rb")):
-            if "found" not in r or r["found"].shape != r["rc"].shape or r["kw"].get("midline_x") is None:
-                continue
-            kw, voxel_ml = {k: v for k, v in r["kw"].items() if k != "spine_x"}, float(np.prod(r["spacing"])) / 1000
-            spine = spine_x(r["hu"], r["spacing"], r["body"]) if kw.get("view_side") else None
-            a, b = run(r, kw, spine, BASE), run(r, kw, spine, variant)
-            for m, (x, y) in tot.items():
-                da, db = dices(a, r["rc"], voxel_ml, m), dices(b, r["rc"], voxel_ml, m)
-                x += da
-                y += db
-                if m == 10:
-                    for u, w in zip(da, db):
-                        if abs(u - w) > 0.01:
-                            print(seed, r["case"][:10], r["i"], r["desc"], round(u, 3), "->", round(w, 3))
-    for m, (x, y) in tot.items():
-        x, y = np.array(x), np.array(y)
-        print(f">= {m} mL: {len(x)} lungs, Dice {x.mean():.4f} -> {y.mean():.4f}, under 0.5 {(x < 0.5).sum()} -> {(y < 0.5).sum()}")
+    compare(sys.argv[2:], lambda r, kw, spine: run(r, kw, spine, BASE), lambda r, kw, spine: run(r, kw, spine, variant))
