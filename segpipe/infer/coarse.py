@@ -481,6 +481,6 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     if len(boxes) == 1 and cues and cues[0] in WEAK_CUES:
         warnings.append(f"one lung in a view that cuts the body, named {' and '.join(boxes)} from {cues[0]}: check its side")
     if parted_ml:
-        warnings.append(f"gave {parted_ml:.0f} mL of a find beyond the spine to the other lung (the network's side vote agrees; "
-                        "the view cuts the body): check the sides")
+        warnings.append(f"gave {parted_ml:.0f} mL of a find beyond the spine to the other lung (the network's side vote agrees, "
+                        "or the two meet only at a junction line; the view cuts the body): check the sides")
     return result, warnings

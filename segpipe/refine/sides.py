@@ -39,10 +39,9 @@ class SidesParams:
             beyond the spine is one lung, however the side split parted it, and, where it also
             lies on that side of the scanner's centre, of that side whatever the vote; a find
             left without a side at the view's edge, beyond the spine from the largest, is the
-            other lung
-            (:func:`segpipe.refine.spine.join_beyond_spine`); and a find that holds both lungs
-            is split at its thinnest column near the spine rather than near its middle (the
-            middle of a find in such a view is not the body's).
+            other lung (:func:`segpipe.refine.spine.join_beyond_spine`); and a find that holds
+            both lungs is split at its thinnest column near the spine rather than near its
+            middle (the middle of a find in such a view is not the body's).
     """
 
     min_fraction: float = 0.15

@@ -132,9 +132,8 @@ def _half_apart(piece: np.ndarray, spine: float, side: int, voxel_ml: float, aer
     anywhere inside the find: :func:`segpipe.refine.columns.column_halves`) on ``side``, where
     nine tenths of it lie on that side of the spine, it holds :data:`SPINE_MIN_ML` or more and it
     meets the rest only at a junction line (:func:`segpipe.refine.sides.lungs_apart`, with
-    ``aerated``); else nothing.
-    Where the lung beside the spine reaches across its line, the strip of the other lung meets
-    it at a neck beyond the line, not on it."""
+    ``aerated``); else nothing. Where the lung beside the spine reaches across its line, the
+    strip of the other lung meets it at a neck beyond the line, not on it."""
     nothing = np.zeros(piece.shape, bool)
     if aerated is None:
         return nothing
