@@ -118,6 +118,19 @@ def test_a_find_named_against_the_spine_and_the_scanners_centre_takes_their_side
     assert np.array_equal(out, sides)
 
 
+def test_name_sides_reports_the_lung_that_the_spine_named() -> None:
+    from segpipe.infer.coarse import name_sides
+
+    found = np.zeros((12, 40, 40), bool)
+    found[:, 5:35, 3:34] = True  # a lone right lung beside the spine (x 34.5), voted left by the network
+    split = dict(left_vote=found.copy(), midline_x=20.0, view_side=3, centre_x=36.0)
+    sides, parted_ml, named_ml = name_sides(found, spine=None, voxel_ml=VOXEL_ML, edge=None, **split)
+    assert (sides[found] == 2).all() and parted_ml == named_ml == 0.0  # no spine: the vote's side
+    sides, parted_ml, named_ml = name_sides(found, spine=34.5, voxel_ml=VOXEL_ML, edge=None, **split)
+    assert (sides[found] == 1).all() and parted_ml == 0.0
+    assert named_ml == pytest.approx(found.sum() * VOXEL_ML)
+
+
 def _at_a_junction() -> tuple[np.ndarray, ...]:
     """One find named left: a left lung (x 30-60) and a strip of the right lung (x 14-28) that meet
     only at a junction line (x 29-30, two rows), the network voting the strip left as well."""

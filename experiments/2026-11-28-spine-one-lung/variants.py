@@ -117,7 +117,7 @@ def run(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
     spine_mod.centre_side = sides_mod.centre_side if variant == "spineflip" else lambda *a: 0  # the flip needs the centre
     SPINE[0] = spine
     sides_mod._pieces_of_one_lung = pieces_by_spine if variant == "pairspine" else _pieces
-    sides, _ = coarse.name_sides(r["found"], spine=spine, voxel_ml=float(np.prod(r["spacing"])) / 1000, edge=None, **kw)
+    sides, _, _ = coarse.name_sides(r["found"], spine=spine, voxel_ml=float(np.prod(r["spacing"])) / 1000, edge=None, **kw)
     return sides
 
 

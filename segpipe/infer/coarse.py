@@ -336,7 +336,7 @@ class CoarseResult:
 
 
 def name_sides(found: np.ndarray, *, spine: float | None, voxel_ml: float, edge: np.ndarray | None,
-               cues: list[str] | None = None, **split: Any) -> tuple[np.ndarray, float]:
+               cues: list[str] | None = None, **split: Any) -> tuple[np.ndarray, float, float]:
     """The coarse finds ``found`` (boolean ``(z, y, x)``, canonical LPS) labelled by side, 1 right
     and 2 left (docs/pipeline.md, "How right and left are decided"): the side split
     (:func:`segpipe.refine.split_sides`, its keyword arguments ``split``; ``cues`` receives what
@@ -344,17 +344,20 @@ def name_sides(found: np.ndarray, *, spine: float | None, voxel_ml: float, edge:
     ``spine``), the part of a find beyond it (:func:`segpipe.refine.spine.part_at_spine`), the
     pieces that the scan's ends cut (:func:`segpipe.refine.join_cut_pieces`; ``edge``: the
     scanner's circle) and a find beyond the spine at the view's side edge
-    (:func:`segpipe.refine.spine.join_beyond_spine`). Returns the sides and the mL that
-    ``part_at_spine`` gave to the other lung."""
+    (:func:`segpipe.refine.spine.join_beyond_spine`). Returns the sides, the mL that
+    ``part_at_spine`` gave to the other lung beyond the spine, and the mL of finds it named
+    wholly by the side of the spine they lie on."""
     left_vote = split["left_vote"]
     sides = split_sides(found, spine_x=spine, cues=cues, **split)
-    parted_ml = 0.0
+    parted_ml = named_ml = 0.0
     if spine is not None:
+        split_only = sides
         sides, parted_ml = part_at_spine(found, sides, spine, left_vote, voxel_ml, split.get("aerated"), split.get("centre_x"))
+        named_ml = max(0.0, np.count_nonzero((sides != split_only) & (sides > 0)) * voxel_ml - parted_ml)
     sides = join_cut_pieces(found, sides, split["midline_x"], left_vote, edge)
     if spine is not None:
         sides = join_beyond_spine(found, sides, spine, left_vote, edge)
-    return sides, parted_ml
+    return sides, parted_ml, named_ml
 
 
 def _network(array: np.ndarray, coarse_img: sitk.Image, weights: dict[str, Any],
@@ -453,12 +456,12 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     view_side = body_cut_side(body, edge)
     spine = spine_x(hu, coarse_img.GetSpacing(), body) if s.rules.sides.spine and view_side else None
     aerated = hu < AERATED_HU
-    sides, parted_ml = name_sides(found, spine=spine, voxel_ml=voxel_ml, edge=edge, cues=cues,
-                                  min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote,
-                                  view_side=view_side, outside=outside,
-                                  flank_reach=int(round(FLANK_REACH_MM / coarse_img.GetSpacing()[0])),
-                                  aerated=aerated, min_lung=int(round(s.min_lung_ml / voxel_ml)),
-                                  centre_x=spatial.centre_x_index(coarse_img) if s.rules.sides.scanner_centre else None)
+    sides, parted_ml, named_ml = name_sides(found, spine=spine, voxel_ml=voxel_ml, edge=edge, cues=cues,
+                                            min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote,
+                                            view_side=view_side, outside=outside,
+                                            flank_reach=int(round(FLANK_REACH_MM / coarse_img.GetSpacing()[0])),
+                                            aerated=aerated, min_lung=int(round(s.min_lung_ml / voxel_ml)),
+                                            centre_x=spatial.centre_x_index(coarse_img) if s.rules.sides.scanner_centre else None)
     unsure = _count_sides(sides, confident, surely_found, edge, voxel_ml, s.min_lung_ml)
     # the scan's last slice can look its body up in a coarse slice beyond the range (the network's lung likewise)
     sides, body = _on_grid(sides, zs, full_hu.shape), _on_grid(body, zs, full_hu.shape, repeat_to=near)
@@ -483,4 +486,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     if parted_ml:
         warnings.append(f"gave {parted_ml:.0f} mL of a find beyond the spine to the other lung (the network's side vote agrees, "
                         "or the two meet only at a junction line; the view cuts the body): check the sides")
+    if named_ml >= 1.0:
+        warnings.append(f"named {named_ml:.0f} mL of lung by the side of the spine it lies on, not by the network's side vote "
+                        "(the view cuts the body): check the sides")
     return result, warnings
