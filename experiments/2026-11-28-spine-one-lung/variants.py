@@ -15,7 +15,8 @@ that the vote calls that side are one lung's pieces (the ``_pieces_of_one_lung``
 middle). ``spineside`` (with ``halfband``): a find with less than ``SPINE_MIN_ML`` beyond the spine takes the side where it
 lies, against the vote; ``spinecentre``: the same where nine tenths of it lie on that side of the scanner's centre too;
 ``spineflip`` (as landed): ``spinecentre`` only for a find named wholly the other side. ``BASE=VARIANT`` compares against
-another variant than ``before``."""
+another variant than ``before``. ``spinenear`` (with ``spineflip``): a spine found more than 70 mm from the scanner's
+centre is no spine."""
 
 import os
 import sys
@@ -107,14 +108,19 @@ MIN_ML = [0.0]
 CENTRE: list[float | None] = [None]  # ``spinecentre``: the scanner's centre must put nine tenths of the find on that side too
 
 
+SPINE_NEAR_MM = 70.0  # ``spinenear``: a spine found farther than this from the scanner's centre (x = 0) is not the spine
+
+
 def run(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
+    if variant == "spinenear" and spine is not None and kw.get("centre_x") is not None:
+        spine = None if abs(spine - kw["centre_x"]) * r["spacing"][0] > SPINE_NEAR_MM else spine
     MIN_ML[0] = 50.0 if variant == "spineside50" else 0.0
     CENTRE[0] = kw.get("centre_x") if variant == "spinecentre" else None
     coarse.part_at_spine = {"before": before, "whole_share": share_at_spine, "spineside": spine_side,
                             "spineside50": spine_side, "spinecentre": spine_side}.get(variant, _part_at_spine)
     spine_mod._half_apart = lambda piece, *a: np.zeros(piece.shape, bool) if variant in ("before", "whole", "whole_share") else _half_apart(piece, *a)
     spine_mod.column_halves = first_cut if variant == "halfapart" else _column_halves
-    spine_mod.centre_side = sides_mod.centre_side if variant == "spineflip" else lambda *a: 0  # the flip needs the centre
+    spine_mod.centre_side = sides_mod.centre_side if variant in ("spineflip", "spinenear") else lambda *a: 0  # the flip needs the centre
     SPINE[0] = spine
     sides_mod._pieces_of_one_lung = pieces_by_spine if variant == "pairspine" else _pieces
     sides, _, _ = coarse.name_sides(r["found"], spine=spine, voxel_ml=float(np.prod(r["spacing"])) / 1000, edge=None, **kw)
