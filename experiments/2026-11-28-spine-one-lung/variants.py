@@ -16,7 +16,8 @@ middle). ``spineside`` (with ``halfband``): a find with less than ``SPINE_MIN_ML
 lies, against the vote; ``spinecentre``: the same where nine tenths of it lie on that side of the scanner's centre too;
 ``spineflip`` (as landed): ``spinecentre`` only for a find named wholly the other side. ``BASE=VARIANT`` compares against
 another variant than ``before``. ``spinenear`` (with ``spineflip``): a spine found more than 70 mm from the scanner's
-centre is no spine."""
+centre is no spine; ``centrewhole`` (with ``spineflip``): a lone find wholly on one side of the scanner's centre is that
+side's lung against the vote."""
 
 import os
 import sys
@@ -108,6 +109,17 @@ MIN_ML = [0.0]
 CENTRE: list[float | None] = [None]  # ``spinecentre``: the scanner's centre must put nine tenths of the find on that side too
 
 
+_one_lung_side = sides_mod._one_lung_side
+
+
+def centre_whole(single, halves, midline_x, left_vote, view_side, flank=0, centre_x=None):  # type: ignore[no-untyped-def]
+    """``centrewhole`` (with ``spineflip``): a lone find that lies wholly on one side of the scanner's centre, in a view
+    that cuts the body, is that side's lung even where the network's vote names the other."""
+    side, cue = _one_lung_side(single, halves, midline_x, left_vote, view_side, flank, centre_x)
+    beyond = sides_mod.beyond_centre(single, centre_x) if view_side else 0
+    return (beyond, "the scanner's centre") if side and beyond and beyond != side else (side, cue)
+
+
 SPINE_NEAR_MM = 70.0  # ``spinenear``: a spine found farther than this from the scanner's centre (x = 0) is not the spine
 
 
@@ -120,8 +132,9 @@ def run(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
                             "spineside50": spine_side, "spinecentre": spine_side}.get(variant, _part_at_spine)
     spine_mod._half_apart = lambda piece, *a: np.zeros(piece.shape, bool) if variant in ("before", "whole", "whole_share") else _half_apart(piece, *a)
     spine_mod.column_halves = first_cut if variant == "halfapart" else _column_halves
-    spine_mod.centre_side = sides_mod.centre_side if variant in ("spineflip", "spinenear") else lambda *a: 0  # the flip needs the centre
+    spine_mod.centre_side = sides_mod.centre_side if variant in ("spineflip", "spinenear", "centrewhole") else lambda *a: 0  # the flip needs the centre
     SPINE[0] = spine
+    sides_mod._one_lung_side = centre_whole if variant == "centrewhole" else _one_lung_side
     sides_mod._pieces_of_one_lung = pieces_by_spine if variant == "pairspine" else _pieces
     sides, _, _ = coarse.name_sides(r["found"], spine=spine, voxel_ml=float(np.prod(r["spacing"])) / 1000, edge=None, **kw)
     return sides
