@@ -110,10 +110,11 @@ def part_at_spine(found: np.ndarray, sides: np.ndarray, spine: float, left_vote:
         left = piece & on_left
         side = 2 if 2 * np.count_nonzero(left) < np.count_nonzero(piece) else 1  # the side beyond the spine
         beyond = left if side == 2 else piece & ~on_left
-        parted = min(np.count_nonzero(piece & (sides == 1)), np.count_nonzero(piece & (sides == 2))) * voxel_ml >= SPINE_MIN_ML
+        named = np.bincount(sides[piece], minlength=3)  # voxels of the find named none, right, left
+        parted = min(named[1], named[2]) * voxel_ml >= SPINE_MIN_ML
         if np.count_nonzero(beyond) * voxel_ml < SPINE_MIN_ML:
-            named = set(np.unique(sides[piece]).tolist()) - {0}
-            if parted or (named == {side} and centre_side(piece, centre_x) == 3 - side):
+            wholly_beyond_side = named[side] > 0 and named[3 - side] == 0
+            if parted or (wholly_beyond_side and centre_side(piece, centre_x) == 3 - side):
                 out[piece & (sides > 0)] = 3 - side
             continue
         if parted:
