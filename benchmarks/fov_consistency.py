@@ -24,6 +24,10 @@ lungs' extent (a slab may lie beyond the lungs: no lung expected), with the scan
 and a padding of -1024, -2048 or -3024 HU on half of the windows. Beside each lung's Dice it
 reports the lung found where the whole-scan mask has none (``extra_ml``).
 
+``--reset-origin`` moves each crop's origin to (0, 0, 0), as in a file saved without its scanner
+coordinates (x = 0 at its first column is then no scanner's centre); ``--shift-x`` moves the
+whole scan along x first (a patient off the scanner's centre).
+
 References: a real scan without a lung mask (LIDC-IDRI-0001) is scored against the same model's
 mask of the whole scan; COPDGene against its reference labels; phantoms against their labels.
 A lung counts where the reference holds at least 5 mL of it in the crop; the summary gives the
@@ -35,7 +39,7 @@ found there (mL) should be none, or a sliver of a base.
 Usage::
 
     python benchmarks/fov_consistency.py [--phantoms 4] [--seed-base 930000] [--json out.json] [--no-rule NAME] [--qc DIR]
-        [--random N --random-seed S] [--shift-x MM] [--rule-param NAME.KEY=VALUE]
+        [--random N --random-seed S] [--shift-x MM] [--reset-origin] [--rule-param NAME.KEY=VALUE]
     python benchmarks/fov_consistency.py --phantoms 0 --random 40 [--random-seed 0] [--json out.json]
 """
 
@@ -196,9 +200,10 @@ def random_crop(canonical: sitk.Image, ref_a: np.ndarray, rng: np.random.Generat
 
 
 def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None, qc_dir: Path | None = None,
-               n_random: int = 0, random_seed: int = 0) -> list[dict[str, Any]]:
+               n_random: int = 0, random_seed: int = 0, reset_origin: bool = False) -> list[dict[str, Any]]:
     """All crops of one case (or ``n_random`` random ones): per crop and lung, Dice and volumes
-    (and a QC picture of each crop's mask in ``qc_dir``)."""
+    (and a QC picture of each crop's mask in ``qc_dir``); with ``reset_origin`` each crop's origin
+    is moved to (0, 0, 0), as in a file saved without its scanner coordinates."""
     from segpipe import spatial
     from segpipe.report import qc_picture
 
@@ -216,6 +221,9 @@ def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None, q
             crop = f"random{i:02d} {desc}"
         else:
             img, r = crop_of(canonical, ref_a, crop)
+        if reset_origin:
+            img = sitk.Image(img)
+            img.SetOrigin((0.0, 0.0, 0.0))
         t = time.perf_counter()
         result = seg.predict_with_report(img)
         pred = sitk.GetArrayFromImage(result.label)
@@ -306,6 +314,8 @@ def main() -> int:
     p.add_argument("--qc", type=Path, metavar="DIR", help="write a QC picture of every crop's mask (and of the abdomen slab) here")
     p.add_argument("--shift-x", type=float, default=0.0, metavar="MM",
                    help="move every case (scan and reference) this far along physical x: a patient off the scanner's centre")
+    p.add_argument("--reset-origin", action="store_true",
+                   help="move each crop's origin to (0, 0, 0): a file saved without its scanner coordinates")
     args = p.parse_args()
     from segpipe import LungSegmenter
     from segpipe.cli import _rule_changes  # the command's own --no-rule / --rule-param reading
@@ -324,7 +334,7 @@ def main() -> int:
             continue
         if args.shift_x:
             image, ref = shifted(image, args.shift_x), None if ref is None else shifted(ref, args.shift_x)
-        got = score_case(seg, name, image, ref, args.qc, args.random, args.random_seed)
+        got = score_case(seg, name, image, ref, args.qc, args.random, args.random_seed, args.reset_origin)
         for r in got:
             if "dice" not in r:
                 print(f"{r['case']:<22} {r['crop']:<17} {r['lung']:<5} no lung expected: found {r['extra_ml']:.1f} mL", flush=True)

@@ -38,6 +38,8 @@ __all__ = [
     "Geometry",
     "index_to_physical",
     "centre_x_index",
+    "origin_at_edge",
+    "scanner_centre_x_index",
     "orientation_code",
     "reorient",
     "to_canonical",
@@ -473,6 +475,31 @@ def centre_x_index(image: sitk.Image | Geometry) -> float:
     middle_x = index_to_physical(image, index[None])[0, 0]
     step_x = image.GetSpacing()[0] * image.GetDirection()[0]  # physical x per x index
     return float(index[0] - middle_x / step_x)
+
+
+ORIGIN_EDGE_MM = 2.0  # x = 0 this close to an image's first or last column: its origin was reset to a corner
+CENTRE_REACH_MM = 50.0  # the scanner's centre lies at most this far beyond a view's x extent (the lungs meet there)
+
+
+def origin_at_edge(image: sitk.Image | Geometry) -> bool:
+    """Whether physical x = 0 lies at ``image``'s first or last column (within a voxel, or
+    :data:`ORIGIN_EDGE_MM`): an origin reset to the image's corner, as in a file saved without
+    its scanner coordinates (an identity affine). A scanner's view ends at its centre only by
+    chance."""
+    i, n, step = centre_x_index(image), image.GetSize()[0], image.GetSpacing()[0]
+    return min(abs(i), abs(i - (n - 1))) * step <= max(step, ORIGIN_EDGE_MM)
+
+
+def scanner_centre_x_index(scan: sitk.Image | Geometry, grid: sitk.Image | Geometry) -> float | None:
+    """:func:`centre_x_index` on ``grid``, where ``scan``'s coordinates can place the scanner's
+    centre; None where they cannot: x = 0 at the scan's edge (:func:`origin_at_edge`) or more
+    than :data:`CENTRE_REACH_MM` beyond its x extent (the patient lies at the scanner's centre,
+    and a view that shows a lung reaches to within a few cm of the body's middle)."""
+    i, n = centre_x_index(scan), scan.GetSize()[0]
+    reach = CENTRE_REACH_MM / scan.GetSpacing()[0]
+    if origin_at_edge(scan) or not -0.5 - reach <= i <= n - 0.5 + reach:
+        return None
+    return centre_x_index(grid)
 
 
 def _physical_to_index(image: sitk.Image | Geometry, points_xyz: np.ndarray) -> np.ndarray:

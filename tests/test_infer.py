@@ -578,6 +578,34 @@ def test_a_lone_lung_in_a_view_inside_the_body_takes_the_scanner_centres_side(mo
     assert set(found.boxes) == {"right"}
 
 
+def test_an_origin_at_the_images_corner_does_not_name_a_lone_lung(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The view of the test above saved without its scanner coordinates (origin (0, 0, 0): x = 0
+    at its first column, where the lung lies wholly to its left): the scanner's centre does not
+    name the lung; the vote's majority does, as with ``sides.scanner_centre`` off, and a warning
+    says why. Moved 60 mm further (x = 0 at 60 mm beyond the view) likewise, without that
+    warning."""
+    image, _ = _coarse_phantom()
+    hu = sitk.GetArrayFromImage(image)
+    hu[2:38, 4:36, :] = 40.0
+    label = np.zeros(hu.shape, np.uint8)
+    label[8:30, 10:30, 14:30] = 1
+    label[21:30, 10:30, 14:30] = 2
+    hu[label > 0] = -850.0
+    image = spatial.copy_geometry(hu, image)
+    image.SetOrigin((0.0, 0.0, 0.0))
+    seg = infer.LungSegmenter.from_file(model_path, device="cpu")
+    found, warnings = _locate(seg, image, label, label > 0, monkeypatch)
+    assert set(found.boxes) == {"right"} and (found.sides[label > 0] == 1).all()
+    assert any("physical x = 0 lies at its edge" in w for w in warnings)
+    assert any("the network's majority vote" in w for w in warnings)
+    image.SetOrigin((60.0, 0.0, 0.0))
+    found, warnings = _locate(seg, image, label, label > 0, monkeypatch)
+    assert set(found.boxes) == {"right"} and not any("physical x = 0" in w for w in warnings)
+    image.SetOrigin((-8.0, 0.0, 0.0))  # x = 0 two voxels inside the view: the lung on its left, as in the test above
+    found, _ = _locate(seg, image, label, label > 0, monkeypatch)
+    assert set(found.boxes) == {"left"}
+
+
 def test_a_view_inside_the_body_cuts_a_find_of_both_lungs_near_the_spine(model_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """A view inside the chest shows 12 columns of the right lung joined in front (x 14, 4 rows)

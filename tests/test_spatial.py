@@ -319,6 +319,28 @@ def test_from_canonical_with_a_geometry_alone(orientation: str) -> None:
         geometry.apply(sitk.Image(3, 3, 3, sitk.sitkUInt8))
 
 
+def test_an_origin_at_the_images_corner_places_no_scanner_centre() -> None:
+    """x = 0 at the first column (origin (0, 0, 0)), at the last (a reset origin in a flipped
+    file) or within 2 mm of either is an origin reset to the image's corner; x = 0 more than
+    50 mm beyond the view is not the scanner's centre either; elsewhere the centre is placed
+    on the other grid (here, twice as coarse)."""
+    image = sitk.Image(40, 30, 10, sitk.sitkFloat32)
+    image.SetSpacing((1.0, 2.0, 3.0))
+    coarse = sitk.Image(20, 15, 5, sitk.sitkFloat32)
+    coarse.SetSpacing((2.0, 4.0, 6.0))
+    for origin_x, at_edge in ((0.0, True), (-39.0, True), (-1.5, True), (-40.5, True), (-3.0, False), (-20.0, False)):
+        image.SetOrigin((origin_x, 0.0, 0.0))
+        assert spatial.origin_at_edge(image) == at_edge, origin_x
+    image.SetOrigin((-20.0, 0.0, 0.0))
+    coarse.SetOrigin((-19.5, 0.0, 0.0))
+    assert spatial.scanner_centre_x_index(image, coarse) == pytest.approx(9.75)
+    image.SetOrigin((0.0, 0.0, 0.0))
+    assert spatial.scanner_centre_x_index(image, coarse) is None
+    for origin_x, placed in ((45.0, True), (55.0, False), (-85.0, True), (-95.0, False)):
+        image.SetOrigin((origin_x, 0.0, 0.0))
+        assert (spatial.scanner_centre_x_index(image, image) is not None) == placed, origin_x
+
+
 def test_centre_x_index_is_where_physical_x_is_zero() -> None:
     """The scanner's centre (x = 0) on a grid: 25 voxels of 4 mm in from an origin at -100 mm;
     beyond the grid where the view lies to one side; through the grid's middle for a grid

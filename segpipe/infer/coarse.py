@@ -454,6 +454,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     outside = air & ~slack if edge is None else air & ~slack & ~edge  # the air beyond the skin, not the scanner's padding
     cues: list[str] = []
     view_side = body_cut_side(body, edge)
+    centre_x = spatial.scanner_centre_x_index(canonical, coarse_img) if s.rules.sides.scanner_centre else None
     spine = spine_x(hu, coarse_img.GetSpacing(), body) if s.rules.sides.spine and view_side else None
     aerated = hu < AERATED_HU
     sides, parted_ml, named_ml = name_sides(found, spine=spine, voxel_ml=voxel_ml, edge=edge, cues=cues,
@@ -461,7 +462,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
                                             view_side=view_side, outside=outside,
                                             flank_reach=int(round(FLANK_REACH_MM / coarse_img.GetSpacing()[0])),
                                             aerated=aerated, min_lung=int(round(s.min_lung_ml / voxel_ml)),
-                                            centre_x=spatial.centre_x_index(coarse_img) if s.rules.sides.scanner_centre else None)
+                                            centre_x=centre_x)
     unsure = _count_sides(sides, confident, surely_found, edge, voxel_ml, s.min_lung_ml)
     # the scan's last slice can look its body up in a coarse slice beyond the range (the network's lung likewise)
     sides, body = _on_grid(sides, zs, full_hu.shape), _on_grid(body, zs, full_hu.shape, repeat_to=near)
@@ -486,6 +487,10 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     if parted_ml:
         warnings.append(f"gave {parted_ml:.0f} mL of a find beyond the spine to the other lung (the network's side vote agrees, "
                         "or the two meet only at a junction line; the view cuts the body): check the sides")
+    if len(boxes) == 1 and view_side and s.rules.sides.scanner_centre and spatial.origin_at_edge(canonical):
+        warnings.append("the scan's physical x = 0 lies at its edge (an origin reset to the image's corner, as in a file "
+                        "saved without its scanner coordinates): the side of the one lung in this view that cuts the "
+                        "body is named without the scanner's centre")
     if named_ml >= 1.0:
         warnings.append(f"named {named_ml:.0f} mL of lung by the side of the spine it lies on, not by the network's side vote "
                         "(the view cuts the body): check the sides")

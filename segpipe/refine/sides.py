@@ -30,7 +30,9 @@ class SidesParams:
             network's vote nor the view's flank tells, takes the side of the scanner's centre
             (physical x = 0) on which nine tenths of it lie (:func:`centre_side`); a single
             find that the vote parts into two lungs but that lies wholly on one side of it is one
-            lung of that side (:func:`beyond_centre`).
+            lung of that side (:func:`beyond_centre`). Not where the scan's coordinates cannot
+            place the centre (:func:`segpipe.spatial.scanner_centre_x_index`: an origin reset
+            to the image's corner).
         spine: in a view that cuts the body, the part of a find beyond the spine (the body's
             midline, :func:`segpipe.refine.spine.spine_x`) goes to that side where the network's
             vote agrees or where it (or the part beyond a neck past the spine's line) meets the
