@@ -358,6 +358,33 @@ def test_a_find_of_two_lungs_joined_at_a_junction_line_is_split_by_the_vote() ->
     assert joined_lungs(solid, np.broadcast_to(np.arange(40) >= 22, solid.shape), tissue, 500) is None
 
 
+def test_a_strip_joined_to_a_lung_is_parted_by_a_smaller_piece_of_its_vote(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window over the left lung and a strip of the right one, joined in front: the vote
+    calls the strip right, and also a larger block inside the left lung (the network unsure
+    there). Seeded by the largest piece of the right vote, the parts would be that block and
+    the rest; the next piece, the strip, parts the find at the junction line: the strip is the
+    right lung, the block stays left. With only the largest piece tried it stays one lung."""
+    from segpipe.refine import sides as sides_mod
+
+    strip = np.zeros((20, 30, 40), bool)
+    strip[3:17, 5:25, 0:5] = True
+    left = np.zeros_like(strip)
+    left[3:17, 5:25, 10:38] = True
+    junction = np.zeros_like(strip)
+    junction[3:17, 5:7, 5:10] = True  # two rows thick, in front
+    find = strip | left | junction
+    block = np.zeros_like(strip)
+    block[3:17, 8:22, 20:30] = True  # 1,960 voxels voted right inside the left lung
+    vote = np.broadcast_to(np.arange(40) >= 8, find.shape) & ~block
+    assert np.count_nonzero(block) > np.count_nonzero(find & ~vote & ~block)  # the block is the largest right piece
+    tissue = np.zeros_like(find)
+    joined = sides_mod.joined_lungs(find, vote, tissue, 500)
+    assert joined is not None and (joined[strip] == 1).all() and (joined[left] == 2).all()
+    assert sides_mod.joined_lungs(find, vote, tissue, 2000) is None  # the strip's part under min_lung
+    monkeypatch.setattr(sides_mod, "JOINED_SEEDS", 1)
+    assert sides_mod.joined_lungs(find, vote, tissue, 500) is None
+
+
 def test_a_whole_lung_beside_a_small_find_of_the_other_gives_up_its_joined_edge() -> None:
     """As above, and a further piece of the left lung, a few slices lower, found on its own:
     the coarse stage sees the small piece beside a whole lung (opposite sides by the vote), and

@@ -96,39 +96,46 @@ JOINED_AERATED = 0.5  # two lungs: less than this share of the gap is aerated (t
 AERATED_HU = -700.0  # aerated lung on the coarse grid; the mediastinum and the pleura are denser
 
 
-def _largest(mask: np.ndarray) -> np.ndarray:
-    """The largest connected component of a boolean mask (:func:`label`'s connectivity; all
-    False where the mask is empty)."""
-    labels, n = label(mask)
-    if n == 0:
-        return mask & False
-    sizes = component_sizes(labels, n)
+def _largest_pieces(mask: np.ndarray, n: int) -> list[np.ndarray]:
+    """The ``n`` largest connected components of a boolean mask, largest first."""
+    labels, count = label(mask)
+    if count == 0:
+        return []
+    sizes = component_sizes(labels, count)
     sizes[0] = 0
-    return labels == int(np.argmax(sizes))
+    return [labels == int(i) for i in np.argsort(sizes)[::-1][:n] if sizes[i] > 0]
+
+
+JOINED_SEEDS = 3  # the largest pieces of each side's vote tried as the two lungs' seeds
 
 
 def joined_lungs(single: np.ndarray, left_vote: np.ndarray, aerated: np.ndarray, min_lung: int) -> np.ndarray | None:
     """``single`` (one find, boolean ``(z, y, x)``, canonical LPS) as two lungs that touch
     at a junction line: 1 right, 2 left; None where it is not. A field of view over one lung
     and the edge of the other, across the mediastinum, can show the two joined in front or
-    behind (on the 4 mm grid, where emphysematous lungs meet). The network's vote parts them
-    (every voxel of ``single`` goes to the nearer of the largest piece of each side's vote):
-    the smaller part holds ``min_lung`` voxels or more, the right one lies at lower x, the two
-    touch over less than :data:`JOINED_CONTACT` of the smaller part's largest sagittal (y-z)
-    section, and where they come within :data:`JOINED_GAP` voxels of each other outside the
-    find, less than :data:`JOINED_AERATED` of that gap is ``aerated`` (boolean: lung density).
-    One lung whose vote the view splits touches across its whole section, or, where the
-    network was unsure between the two parts, lies apart from itself across aerated lung
-    (a lobe beyond a fissure); two lungs lie apart across the mediastinum."""
-    left, right = _largest(single & left_vote), _largest(single & ~left_vote)
-    if not left.any() or not right.any() or np.nonzero(right)[2].mean() >= np.nonzero(left)[2].mean():
-        return None
-    nearer_left = ndimage.distance_transform_edt(~left) < ndimage.distance_transform_edt(~right)
-    a, b = single & nearer_left, single & ~nearer_left
-    small = a if np.count_nonzero(a) < np.count_nonzero(b) else b
-    if np.count_nonzero(small) < max(min_lung, 1) or not lungs_apart(a, b, aerated):
-        return None
-    return np.where(single, np.where(nearer_left, np.uint8(2), np.uint8(1)), np.uint8(0))
+    behind (on the 4 mm grid, where emphysematous lungs meet). The network's vote parts them:
+    every voxel of ``single`` goes to the nearer of a piece of each side's vote (of the
+    :data:`JOINED_SEEDS` largest of each side, the pairs tried largest first: the largest piece
+    of one side's vote can lie inside the other lung, where the view leaves the network unsure).
+    The first pair is taken where the right piece lies at lower x, the smaller part holds
+    ``min_lung`` voxels or more, the two parts touch over less than :data:`JOINED_CONTACT` of
+    the smaller part's largest sagittal (y-z) section, and where they come within
+    :data:`JOINED_GAP` voxels of each other outside the find, less than :data:`JOINED_AERATED`
+    of that gap is ``aerated`` (boolean: lung density). One lung whose vote the view splits
+    touches across its whole section, or, where the network was unsure between the two parts,
+    lies apart from itself across aerated lung (a lobe beyond a fissure); two lungs lie apart
+    across the mediastinum."""
+    lefts, rights = _largest_pieces(single & left_vote, JOINED_SEEDS), _largest_pieces(single & ~left_vote, JOINED_SEEDS)
+    pairs = sorted(((lf, rt) for lf in lefts for rt in rights), key=lambda p: -np.count_nonzero(p[0]) - np.count_nonzero(p[1]))
+    for left, right in pairs:
+        if np.nonzero(right)[2].mean() >= np.nonzero(left)[2].mean():
+            continue
+        nearer_left = ndimage.distance_transform_edt(~left) < ndimage.distance_transform_edt(~right)
+        a, b = single & nearer_left, single & ~nearer_left
+        small = a if np.count_nonzero(a) < np.count_nonzero(b) else b
+        if np.count_nonzero(small) >= max(min_lung, 1) and lungs_apart(a, b, aerated):
+            return np.where(single, np.where(nearer_left, np.uint8(2), np.uint8(1)), np.uint8(0))
+    return None
 
 
 def lungs_apart(a: np.ndarray, b: np.ndarray, aerated: np.ndarray) -> bool:
