@@ -324,14 +324,16 @@ def test_a_lone_lung_beside_the_air_outside_one_flank_is_that_sides_lung() -> No
 
 
 def test_a_find_of_two_lungs_joined_at_a_junction_line_is_split_by_the_vote() -> None:
-    """A window over the right lung and the edge of the left one: the coarse stage finds both
+    """A view over the right lung and the edge of the left one: the coarse stage finds both
     as one piece, joined in front of the heart. The vote parts them (the left piece a tenth
     of the find, so by the vote's share the find is one right lung), the two touch only at
     the junction line, and the tissue between them is the mediastinum: two lungs, each voxel
-    with the nearer piece. Where aerated lung lies between the two (a lobe beyond a fissure
-    that the network voted the other side, unsure between them), a part is under
-    ``min_lung``, or the vote's "left" lies at lower x, it stays one lung; so does a lone lung
-    that the vote halves (it touches across its whole section)."""
+    with the nearer piece (``joined_lungs``; in a view whose middle is the body's, where the
+    column split looks for its cut near the find's middle, away from the junction). Where
+    aerated lung lies between the two (a lobe beyond a fissure that the network voted the
+    other side, unsure between them), a part is under ``min_lung``, or the vote's "left" lies
+    at lower x, it stays one lung; so does a lone lung that the vote halves (it touches across
+    its whole section)."""
     from segpipe.refine.sides import joined_lungs
 
     right = np.zeros((20, 30, 40), bool)
@@ -344,18 +346,43 @@ def test_a_find_of_two_lungs_joined_at_a_junction_line_is_split_by_the_vote() ->
     vote = np.broadcast_to(np.arange(40) >= 33, find.shape)
     assert vote[find].mean() < 0.25  # one right lung by the vote's share alone
     tissue = np.zeros_like(find)  # the mediastinum between them: not aerated
-    assert (split_sides(find, left_vote=vote, view_side=3)[find] == 1).all()  # without the scan's density: one lung
-    assert (split_sides(find, left_vote=vote, view_side=3, aerated=tissue, min_lung=2000)[find] == 1).all()  # too small
-    sides = split_sides(find, left_vote=vote, view_side=3, aerated=tissue, min_lung=500)
+    assert (split_sides(find, left_vote=vote)[find] == 1).all()  # without the scan's density: one lung
+    assert (split_sides(find, left_vote=vote, aerated=tissue, min_lung=2000)[find] == 1).all()  # too small
+    sides = split_sides(find, left_vote=vote, aerated=tissue, min_lung=500)
     assert (sides[right] == 1).all() and (sides[left] == 2).all()
     assert (sides[3:17, 5:7, 30:33] == 1).all() and (sides[3:17, 5:7, 33:35] == 2).all()
     lobe = ~find  # aerated lung between the parts: one lung the network was unsure about
     assert joined_lungs(find, vote, lobe, 500) is None
-    assert (split_sides(find, left_vote=vote, view_side=3, aerated=lobe, min_lung=500)[find] == 1).all()
+    assert (split_sides(find, left_vote=vote, aerated=lobe, min_lung=500)[find] == 1).all()
     assert joined_lungs(find, ~vote & find, tissue, 500) is None  # the vote's "left" at lower x: not two lungs
     solid = np.zeros_like(right)
     solid[3:17, 5:25, 10:34] = True
     assert joined_lungs(solid, np.broadcast_to(np.arange(40) >= 22, solid.shape), tissue, 500) is None
+
+
+def test_in_a_view_that_cuts_the_body_the_split_looks_for_its_cut_where_the_vote_parts_the_find() -> None:
+    """The find of the test above in a view that cuts the body (its middle, x 20, is not the
+    body's) and no spine in view: the column split looks for its thinnest column near x 32.5,
+    where one cut best parts the vote, and cuts at the junction (two rows thick): two lungs, even
+    without the scan's density. In a whole view it looks near the find's middle, whose halves the
+    vote does not confirm: one lung. A find that votes one side throughout has its vote column
+    at its edge, and the split looks near its middle as before."""
+    from segpipe.refine.columns import vote_column
+
+    right = np.zeros((20, 30, 40), bool)
+    right[3:17, 5:25, 2:30] = True
+    left = np.zeros_like(right)
+    left[3:17, 5:25, 35:40] = True
+    junction = np.zeros_like(right)
+    junction[3:17, 5:7, 30:35] = True
+    find = right | left | junction
+    vote = np.broadcast_to(np.arange(40) >= 33, find.shape)
+    assert vote_column(find, vote) == 32.5
+    sides = split_sides(find, left_vote=vote, view_side=3)
+    assert (sides[right] == 1).all() and (sides[left] == 2).all() and (sides[junction] == 2).all()
+    assert (split_sides(find, left_vote=vote)[find] == 1).all()
+    assert vote_column(find, np.zeros_like(find)) == 39.5  # every voxel votes right: past the last column
+    assert vote_column(find, find.copy()) == -0.5
 
 
 def test_a_strip_joined_to_a_lung_is_parted_by_a_smaller_piece_of_its_vote(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -386,11 +413,12 @@ def test_a_strip_joined_to_a_lung_is_parted_by_a_smaller_piece_of_its_vote(monke
 
 
 def test_a_whole_lung_beside_a_small_find_of_the_other_gives_up_its_joined_edge() -> None:
-    """As above, and a further piece of the left lung, a few slices lower, found on its own:
-    the coarse stage sees the small piece beside a whole lung (opposite sides by the vote), and
-    the whole one still holds the left lung's edge, joined to it in front. That edge is the
-    left lung too (the vote parts it off at a junction line, the mediastinum between); where
-    aerated lung lies between the parts it stays with the right lung."""
+    """As above (a view whose middle is the body's), and a further piece of the left lung, a few
+    slices lower, found on its own: the coarse stage sees the small piece beside a whole lung
+    (opposite sides by the vote), and the whole one still holds the left lung's edge, joined to
+    it in front. That edge is the left lung too (the vote parts it off at a junction line, the
+    mediastinum between); where aerated lung lies between the parts it stays with the right
+    lung."""
     right = np.zeros((20, 30, 40), bool)
     right[3:17, 5:25, 2:30] = True
     left = np.zeros_like(right)
@@ -402,12 +430,12 @@ def test_a_whole_lung_beside_a_small_find_of_the_other_gives_up_its_joined_edge(
     lungs = right | left | junction | piece
     vote = np.broadcast_to(np.arange(40) >= 33, lungs.shape)
     tissue = np.zeros_like(lungs)
-    before = split_sides(lungs, left_vote=vote, view_side=3)  # without the scan's density
+    before = split_sides(lungs, left_vote=vote)  # without the scan's density
     assert (before[piece] == 2).all() and (before[right | left] == 1).all()
-    sides = split_sides(lungs, left_vote=vote, view_side=3, aerated=tissue, min_lung=500)
+    sides = split_sides(lungs, left_vote=vote, aerated=tissue, min_lung=500)
     assert (sides[right] == 1).all() and (sides[left] == 2).all() and (sides[piece] == 2).all()
     lobe = ~lungs
-    assert (split_sides(lungs, left_vote=vote, view_side=3, aerated=lobe, min_lung=500)[right | left] == 1).all()
+    assert (split_sides(lungs, left_vote=vote, aerated=lobe, min_lung=500)[right | left] == 1).all()
 
 
 def test_a_lone_lung_the_vote_and_flank_leave_open_takes_the_scanner_centres_side() -> None:

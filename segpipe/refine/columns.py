@@ -14,7 +14,7 @@ from scipy import ndimage
 
 from segpipe.refine._util import component_sizes, label
 
-__all__ = ["split_single", "column_halves", "two_cores", "junction_turn", "COLUMN_SEARCH"]
+__all__ = ["split_single", "column_halves", "vote_column", "two_cores", "junction_turn", "COLUMN_SEARCH"]
 
 
 COLUMN_SEARCH = 0.15  # the thinnest column is looked for within this share of the extent each side of its middle (or the spine)
@@ -52,6 +52,19 @@ def column_halves(mask: np.ndarray, turn: float = 0.0, centre: float | None = No
         out[z][s & (across < cut)] = 1
         out[z][s & (across >= cut)] = 2
     return out
+
+
+def vote_column(mask: np.ndarray, left_vote: np.ndarray) -> float:
+    """The x index (between two columns) at which one cut across the whole of ``mask`` best
+    parts the network's per-voxel ``left_vote``: the fewest voxels voting left below it and
+    right above it. In a view that cuts the body, where the find's middle is not the body's,
+    this is where the two lungs meet by the vote; at the mask's edge where it votes one side."""
+    xs = np.nonzero(mask)[2]
+    votes = left_vote[mask]
+    left = np.bincount(xs[votes], minlength=mask.shape[2])
+    right = np.bincount(xs[~votes], minlength=mask.shape[2])
+    errors = np.concatenate([[0], np.cumsum(left)]) + np.concatenate([np.cumsum(right[::-1])[::-1], [0]])
+    return float(np.argmin(errors)) - 0.5
 
 
 CORE_DEPTH = 4  # coarse voxels (16 mm): how far inside a find its two lungs' cores are looked for

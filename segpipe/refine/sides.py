@@ -15,7 +15,7 @@ from scipy import ndimage
 
 from segpipe.refine._util import component_sizes, label, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
-from segpipe.refine.columns import split_single
+from segpipe.refine.columns import split_single, vote_column
 
 __all__ = ["SidesParams", "split_sides", "piece_side", "lying_side", "end_piece_side", "flank_side", "beyond_centre", "joined_lungs",
            "lungs_apart", "at_view_side", "join_cut_pieces", "side_boundary", "rule"]
@@ -236,8 +236,10 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     2. Two finds on one side by the midline and the vote, or beside which the same flank shows,
        are pieces of one lung (:func:`_pieces_of_one_lung`).
     3. One find is split at its thinnest column (:func:`segpipe.refine.columns.split_single`, near
-       ``spine_x`` in a view that cuts the body), unless :func:`_one_lung_side` makes it one lung;
-       :func:`joined_lungs` may still part a lone lung into two.
+       ``spine_x`` in a view that cuts the body, or where no spine shows, near the column at which
+       the vote parts it: :func:`segpipe.refine.columns.vote_column`), unless
+       :func:`_one_lung_side` makes it one lung; :func:`joined_lungs` may still part a lone lung
+       into two.
 
     Smaller finds are dropped. The arguments: ``midline_x`` the body's middle (x index; in a view
     that cuts the body, the view's middle); ``left_vote`` per voxel, whether the coarse network
@@ -255,7 +257,12 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     sizes[0] = 0
     order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
     big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
-    halves = split_single(labels == order[0], spine_x) if len(big) < 2 else None  # a single find, as two touching lungs
+    halves = None
+    if len(big) < 2:  # a single find, as two touching lungs
+        # in a view that cuts the body its middle is not the body's: the cut is looked for near
+        # the spine, or where none shows, near where the network's vote parts the find
+        near = spine_x if spine_x is not None or not view_side or left_vote is None else vote_column(labels == order[0], left_vote)
+        halves = split_single(labels == order[0], near)
     beside = halves is not None and len(order) >= 2 and _opposite(
         labels == order[0], labels == order[1], midline_x, left_vote, two=left_vote is not None and _halves_agree(halves, left_vote))
     if beside:

@@ -1,11 +1,13 @@
 """The side split of one find (``columns.split_single``) followed by a flood from the two halves' cores, on the dumped
-random crops (runs/spine/dump_S.pkl, ``../2026-11-28-spine-midline/dump.py``), against the split as landed:
-``variants.py VARIANT SEED ...``.
+random crops (runs/spine/dump_S.pkl, ``../2026-11-28-spine-midline/dump.py``), against the split before this experiment
+(the cut looked for near the find's middle where no spine shows): ``variants.py VARIANT SEED ...``.
 
 ``flood``: the column split's halves, then each voxel of the find to the half whose core reaches it across the least
 narrowing (``scipy.ndimage.watershed_ift`` on the find's depth, the cores the voxels of each half at least ``CORE``
 voxels from the other half): the boundary follows the narrowest junction in 3D instead of a column per slice, and a
-slice that holds one lung is not cut. ``CORE`` (env, default 3). Prints each lung (>= 10 mL) whose coarse-grid Dice
+slice that holds one lung is not cut. ``CORE`` (env, default 3). ``votecut`` (landed): in a view that cuts the body
+where no spine shows, the column split looks for its cut near the x at which one cut across the whole find best parts
+the network's vote (``columns.vote_column``), instead of near the find's middle. Prints each lung (>= 10 mL) whose coarse-grid Dice
 moves by more than 0.01, and the totals."""
 
 import os
@@ -42,6 +44,9 @@ def flooded(mask: np.ndarray, halves: np.ndarray, core: int = CORE) -> np.ndarra
     return np.where(mask, np.clip(out, 0, 2), 0).astype(np.uint8)
 
 
+_vote_column = sides_mod.vote_column
+
+
 def split(mask, centre=None):  # type: ignore[no-untyped-def]
     halves = _split(mask, centre)
     return flooded(mask, halves) if VARIANT[0] == "flood" else halves
@@ -52,6 +57,7 @@ sides_mod.split_single = split
 
 def run(r: dict, kw: dict, spine: float | None, variant: str) -> np.ndarray:
     VARIANT[0] = variant
+    sides_mod.vote_column = _vote_column if variant == "votecut" else lambda mask, left_vote: None
     sides, _, _ = coarse.name_sides(r["found"], spine=spine, voxel_ml=float(np.prod(r["spacing"])) / 1000, edge=None, **kw)
     return sides
 
