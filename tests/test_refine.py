@@ -331,9 +331,10 @@ def test_a_find_of_two_lungs_joined_at_a_junction_line_is_split_by_the_vote() ->
     with the nearer piece (``joined_lungs``; in a view whose middle is the body's, where the
     column split looks for its cut near the find's middle, away from the junction). Where
     aerated lung lies between the two (a lobe beyond a fissure that the network voted the
-    other side, unsure between them), a part is under ``min_lung``, or the vote's "left" lies
-    at lower x, it stays one lung; so does a lone lung that the vote halves (it touches across
-    its whole section)."""
+    other side, unsure between them; in a view that cuts the body too, where the split would
+    look near the vote), a part is under ``min_lung``, or the vote's "left" lies at lower x, it
+    stays one lung; so does a lone lung that the vote halves (it touches across its whole
+    section)."""
     from segpipe.refine.sides import joined_lungs
 
     right = np.zeros((20, 30, 40), bool)
@@ -354,6 +355,7 @@ def test_a_find_of_two_lungs_joined_at_a_junction_line_is_split_by_the_vote() ->
     lobe = ~find  # aerated lung between the parts: one lung the network was unsure about
     assert joined_lungs(find, vote, lobe, 500) is None
     assert (split_sides(find, left_vote=vote, aerated=lobe, min_lung=500)[find] == 1).all()
+    assert (split_sides(find, left_vote=vote, view_side=3, aerated=lobe, min_lung=500)[find] == 1).all()  # cut view too
     assert joined_lungs(find, ~vote & find, tissue, 500) is None  # the vote's "left" at lower x: not two lungs
     solid = np.zeros_like(right)
     solid[3:17, 5:25, 10:34] = True
@@ -388,9 +390,10 @@ def test_in_a_view_that_cuts_the_body_the_split_looks_for_its_cut_where_the_vote
 def test_a_strip_joined_to_a_lung_is_parted_by_a_smaller_piece_of_its_vote(monkeypatch: pytest.MonkeyPatch) -> None:
     """A window over the left lung and a strip of the right one, joined in front: the vote
     calls the strip right, and also a larger block inside the left lung (the network unsure
-    there). Seeded by the largest piece of the right vote, the parts would be that block and
-    the rest; the next piece, the strip, parts the find at the junction line: the strip is the
-    right lung, the block stays left. With only the largest piece tried it stays one lung."""
+    there). The largest piece of the right vote, the block, does not lie at lower x than the
+    left vote's piece, so it seeds no parts; the next piece, the strip, parts the find at the
+    junction line: the strip is the right lung, the block stays left. With only the largest
+    piece of each side tried it stays one lung."""
     from segpipe.refine import sides as sides_mod
 
     strip = np.zeros((20, 30, 40), bool)

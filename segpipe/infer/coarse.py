@@ -487,7 +487,8 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     if parted_ml:
         warnings.append(f"gave {parted_ml:.0f} mL of a find beyond the spine to the other lung (the network's side vote agrees, "
                         "or the two meet only at a junction line; the view cuts the body): check the sides")
-    if len(boxes) == 1 and view_side and s.rules.sides.scanner_centre and spatial.origin_at_edge(canonical):
+    strong = ("the network's vote", "the flank beside it")  # the cues before the centre: it was not needed
+    if len(boxes) == 1 and view_side and cues and cues[0] not in strong and s.rules.sides.scanner_centre and spatial.origin_at_edge(canonical):
         warnings.append("the scan's physical x = 0 lies at its edge (an origin reset to the image's corner, as in a file "
                         "saved without its scanner coordinates): the side of the one lung in this view that cuts the "
                         "body is named without the scanner's centre")

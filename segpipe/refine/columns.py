@@ -58,7 +58,10 @@ def vote_column(mask: np.ndarray, left_vote: np.ndarray) -> float:
     """The x index (between two columns) at which one cut across the whole of ``mask`` best
     parts the network's per-voxel ``left_vote``: the fewest voxels voting left below it and
     right above it. In a view that cuts the body, where the find's middle is not the body's,
-    this is where the two lungs meet by the vote; at the mask's edge where it votes one side."""
+    this is where the two lungs meet by the vote. Where all of it votes one side, the column
+    lies outside its x extent (before its first column, or after its last), and
+    :func:`column_halves` looks near the middle instead, as it does for any ``centre`` less than
+    :data:`COLUMN_SEARCH` of the extent inside it."""
     xs = np.nonzero(mask)[2]
     votes = left_vote[mask]
     left = np.bincount(xs[votes], minlength=mask.shape[2])

@@ -32,7 +32,7 @@ class SidesParams:
             find that the vote parts into two lungs but that lies wholly on one side of it is one
             lung of that side (:func:`beyond_centre`). Not where the scan's coordinates cannot
             place the centre (:func:`segpipe.spatial.scanner_centre_x_index`: an origin reset
-            to the image's corner).
+            to the image's corner, or x = 0 more than 50 mm beyond the view).
         spine: in a view that cuts the body, the part of a find beyond the spine (the body's
             midline, :func:`segpipe.refine.spine.spine_x`) goes to that side where the network's
             vote agrees or where it (or the part beyond a neck past the spine's line) meets the
@@ -148,8 +148,14 @@ def lungs_apart(a: np.ndarray, b: np.ndarray, aerated: np.ndarray) -> bool:
     small = a if np.count_nonzero(a) < np.count_nonzero(b) else b
     contact = sum(int(np.count_nonzero(np.moveaxis(a, ax, 0)[1:] & np.moveaxis(b, ax, 0)[:-1])
                       + np.count_nonzero(np.moveaxis(a, ax, 0)[:-1] & np.moveaxis(b, ax, 0)[1:])) for ax in range(3))
-    if contact >= JOINED_CONTACT * small.sum(axis=(0, 1)).max():
-        return False
+    return contact < JOINED_CONTACT * small.sum(axis=(0, 1)).max() and _across_tissue(a, b, aerated)
+
+
+def _across_tissue(a: np.ndarray, b: np.ndarray, aerated: np.ndarray) -> bool:
+    """Whether, where two parts ``a`` and ``b`` of one find come within :data:`JOINED_GAP`
+    voxels of each other outside it, less than :data:`JOINED_AERATED` of that gap is
+    ``aerated`` (lung density): the mediastinum lies between two lungs, aerated lung between
+    the lobes of one."""
     gap = ~(a | b) & (ndimage.distance_transform_edt(~a) <= JOINED_GAP) & (ndimage.distance_transform_edt(~b) <= JOINED_GAP)
     return not (gap.any() and aerated[gap].mean() >= JOINED_AERATED)
 
@@ -257,12 +263,7 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     sizes[0] = 0
     order = [int(i) for i in np.argsort(sizes)[::-1] if sizes[i] > 0]
     big = [i for i in order if sizes[i] >= min_fraction * sizes[order[0]]]
-    halves = None
-    if len(big) < 2:  # a single find, as two touching lungs
-        # in a view that cuts the body its middle is not the body's: the cut is looked for near
-        # the spine, or where none shows, near where the network's vote parts the find
-        near = spine_x if spine_x is not None or not view_side or left_vote is None else vote_column(labels == order[0], left_vote)
-        halves = split_single(labels == order[0], near)
+    halves = _split_one(labels == order[0], spine_x, view_side, left_vote, aerated) if len(big) < 2 else None
     beside = halves is not None and len(order) >= 2 and _opposite(
         labels == order[0], labels == order[1], midline_x, left_vote, two=left_vote is not None and _halves_agree(halves, left_vote))
     if beside:
@@ -282,6 +283,22 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         return halves
     joined = joined_lungs(single, left_vote, aerated, min_lung) if left_vote is not None and aerated is not None else None
     return joined if joined is not None else np.where(single, np.uint8(side), np.uint8(0))
+
+
+def _split_one(single: np.ndarray, spine_x: float | None, view_side: int, left_vote: np.ndarray | None,
+               aerated: np.ndarray | None) -> np.ndarray:
+    """A single find as two touching lungs (:func:`segpipe.refine.columns.split_single`): cut
+    near the spine where one shows; in a view that cuts the body without it (the find's middle
+    is not the body's), near the column at which the network's vote parts the find
+    (:func:`segpipe.refine.columns.vote_column`; where it lies 15 % of the find's width inside
+    it), unless the two halves there lie apart across ``aerated`` lung (:func:`_across_tissue`:
+    a lobe beyond a fissure, not two lungs); else near the find's middle."""
+    if spine_x is not None or not view_side or left_vote is None:
+        return split_single(single, spine_x)
+    halves = split_single(single, vote_column(single, left_vote))
+    if aerated is None or _across_tissue(halves == 1, halves == 2, aerated):
+        return halves
+    return split_single(single)
 
 
 def _pieces_of_one_lung(labels: np.ndarray, order: list[int], a: int, b: int, midline_x: float | None,
