@@ -323,6 +323,18 @@ def test_a_lone_lung_beside_the_air_outside_one_flank_is_that_sides_lung() -> No
     assert (split_sides(lung, midline_x=14.5, left_vote=unsure, view_side=3, outside=both, flank_reach=14)[lung] == 2).all()
 
 
+def _right_lung_and_left_edge() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The right lung (x 2-29), the left lung's edge at the view's high-x side (x 35-39) and a
+    junction two rows thick in front between them (x 30-34), on a (20, 30, 40) grid."""
+    right = np.zeros((20, 30, 40), bool)
+    right[3:17, 5:25, 2:30] = True
+    left = np.zeros_like(right)
+    left[3:17, 5:25, 35:40] = True
+    junction = np.zeros_like(right)
+    junction[3:17, 5:7, 30:35] = True
+    return right, left, junction
+
+
 def test_a_find_of_two_lungs_joined_at_a_junction_line_is_split_by_the_vote() -> None:
     """A view over the right lung and the edge of the left one: the coarse stage finds both
     as one piece, joined in front of the heart. The vote parts them (the left piece a tenth
@@ -337,12 +349,7 @@ def test_a_find_of_two_lungs_joined_at_a_junction_line_is_split_by_the_vote() ->
     section)."""
     from segpipe.refine.sides import joined_lungs
 
-    right = np.zeros((20, 30, 40), bool)
-    right[3:17, 5:25, 2:30] = True
-    left = np.zeros_like(right)
-    left[3:17, 5:25, 35:40] = True  # at the view's high-x edge
-    junction = np.zeros_like(right)
-    junction[3:17, 5:7, 30:35] = True  # two rows thick, in front
+    right, left, junction = _right_lung_and_left_edge()
     find = right | left | junction
     vote = np.broadcast_to(np.arange(40) >= 33, find.shape)
     assert vote[find].mean() < 0.25  # one right lung by the vote's share alone
@@ -371,12 +378,7 @@ def test_in_a_view_that_cuts_the_body_the_split_looks_for_its_cut_where_the_vote
     at its edge, and the split looks near its middle as before."""
     from segpipe.refine.columns import vote_column
 
-    right = np.zeros((20, 30, 40), bool)
-    right[3:17, 5:25, 2:30] = True
-    left = np.zeros_like(right)
-    left[3:17, 5:25, 35:40] = True
-    junction = np.zeros_like(right)
-    junction[3:17, 5:7, 30:35] = True
+    right, left, junction = _right_lung_and_left_edge()
     find = right | left | junction
     vote = np.broadcast_to(np.arange(40) >= 33, find.shape)
     assert vote_column(find, vote) == 32.5
@@ -422,12 +424,7 @@ def test_a_whole_lung_beside_a_small_find_of_the_other_gives_up_its_joined_edge(
     it in front. That edge is the left lung too (the vote parts it off at a junction line, the
     mediastinum between); where aerated lung lies between the parts it stays with the right
     lung."""
-    right = np.zeros((20, 30, 40), bool)
-    right[3:17, 5:25, 2:30] = True
-    left = np.zeros_like(right)
-    left[3:17, 5:25, 35:40] = True
-    junction = np.zeros_like(right)
-    junction[3:17, 5:7, 30:35] = True
+    right, left, junction = _right_lung_and_left_edge()
     piece = np.zeros_like(right)
     piece[18:20, 10:20, 34:40] = True  # apart from the find (slice 17 holds no lung)
     lungs = right | left | junction | piece
