@@ -126,11 +126,13 @@ def joined_lungs(single: np.ndarray, left_vote: np.ndarray, aerated: np.ndarray,
     lies apart from itself across aerated lung (a lobe beyond a fissure); two lungs lie apart
     across the mediastinum."""
     lefts, rights = _largest_pieces(single & left_vote, JOINED_SEEDS), _largest_pieces(single & ~left_vote, JOINED_SEEDS)
-    pairs = sorted(((lf, rt) for lf in lefts for rt in rights), key=lambda p: -np.count_nonzero(p[0]) - np.count_nonzero(p[1]))
-    for left, right in pairs:
-        if np.nonzero(right)[2].mean() >= np.nonzero(left)[2].mean():
+    # each piece's size, mean x and distance map, once (a piece takes part in up to JOINED_SEEDS pairs)
+    seeds = [[(np.count_nonzero(p), np.nonzero(p)[2].mean(), ndimage.distance_transform_edt(~p)) for p in ps] for ps in (lefts, rights)]
+    pairs = sorted(((lf, rt) for lf in seeds[0] for rt in seeds[1]), key=lambda p: -p[0][0] - p[1][0])
+    for (_, left_x, to_left), (_, right_x, to_right) in pairs:
+        if right_x >= left_x:
             continue
-        nearer_left = ndimage.distance_transform_edt(~left) < ndimage.distance_transform_edt(~right)
+        nearer_left = to_left < to_right
         a, b = single & nearer_left, single & ~nearer_left
         small = a if np.count_nonzero(a) < np.count_nonzero(b) else b
         if np.count_nonzero(small) >= max(min_lung, 1) and lungs_apart(a, b, aerated):
