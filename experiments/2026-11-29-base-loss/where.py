@@ -58,12 +58,11 @@ def widen_boxes(mm: float) -> None:
 
 
 def region_mask(img: sitk.Image, regions: dict, shape: tuple[int, ...]) -> np.ndarray:
+    """The scan's voxels that overlap a fine region (``spatial.box_index_range``)."""
     out = np.zeros(shape, bool)
     for reg in regions.values():
-        a = np.array(img.TransformPhysicalPointToContinuousIndex(tuple(reg["lo_xyz_mm"])))
-        b = np.array(img.TransformPhysicalPointToContinuousIndex(tuple(reg["hi_xyz_mm"])))
-        lo = np.clip(np.ceil(np.minimum(a, b)), 0, None).astype(int)
-        hi = np.floor(np.maximum(a, b)).astype(int) + 1
+        lo, hi = spatial.box_index_range(img, spatial.Box(tuple(reg["lo_xyz_mm"]), tuple(reg["hi_xyz_mm"])))
+        lo = np.maximum(lo, 0)
         out[lo[2]:hi[2], lo[1]:hi[1], lo[0]:hi[0]] = True
     return out
 
