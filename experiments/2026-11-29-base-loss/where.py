@@ -8,7 +8,7 @@ went: ``outside`` every fine region; ``fine_no`` inside a region but not lung in
 after ``components`` (rule ``gas``). ``--widen MM`` grows every coarse box in x and y by MM before the
 fine stage (a probe: the fine regions then cover the base's whole footprint).
 
-    python experiments/2026-11-29-base-loss/where.py CM FIRST END rows.json [--widen MM]
+    python experiments/2026-11-29-base-loss/where.py CM FIRST END rows.json [--widen MM] [--model FILE]
 """
 
 import argparse
@@ -74,12 +74,13 @@ def main() -> None:
     ap.add_argument("end", type=int)
     ap.add_argument("json")
     ap.add_argument("--widen", type=float, default=0.0)
+    ap.add_argument("--model", help="model file (default: the bundled model)")
     args = ap.parse_args()
     got: dict = {}
     spy_components(got)
     if args.widen:
         widen_boxes(args.widen)
-    seg = LungSegmenter.default()
+    seg = LungSegmenter.from_file(args.model) if args.model else LungSegmenter.default()
     rows = []
     for seed in range(args.first, args.end):
         got.clear()
