@@ -1023,15 +1023,15 @@ def test_clear_fat_works_slice_by_slice_on_a_label_volume() -> None:
     assert gone[0].sum() >= 0.8 * blobs["fat"].sum() and not (gone[0] & blobs["consolidation"]).any()
 
 
-def _chest_slice(spacing: float, lung_hu: float = -850.0, noise: float = 15.0) -> tuple[np.ndarray, np.ndarray]:
-    """A 2D chest: soft tissue (+40 HU) with an elliptic lung (``lung_hu``) whose true edge is
-    at partial volume (the 50 % level of a 0.5 mm blur); returns (true lung mask, HU)."""
+def _chest_slice(spacing: float, lung_hu: float = -850.0, noise: float = 15.0, outside_hu: float = 40.0) -> tuple[np.ndarray, np.ndarray]:
+    """A 2D chest: soft tissue (``outside_hu``, +40 HU) with an elliptic lung (``lung_hu``) whose
+    true edge is at partial volume (the 50 % level of a 0.5 mm blur); returns (true lung mask, HU)."""
     n = int(round(200 / spacing))
     y, x = (np.mgrid[0:n, 0:n] + 0.5) * spacing
     r = np.sqrt(((y - 100) / 60) ** 2 + ((x - 100) / 45) ** 2)
     truth = r < 1.0
     frac = ndimage.gaussian_filter(truth.astype(np.float32), 0.5 / spacing)
-    hu = 40.0 + (lung_hu - 40.0) * frac
+    hu = outside_hu + (lung_hu - outside_hu) * frac
     hu += np.random.default_rng(0).normal(0, noise, hu.shape)
     return truth, hu.astype(np.float32)
 
@@ -1067,6 +1067,26 @@ def test_snap_edges_leaves_dense_lung_and_pneumothorax_alone() -> None:
     assert not (snapped & air).any() and (snapped == truth).all()
 
 
+@pytest.mark.parametrize("lung_hu", [-650.0, -500.0])
+def test_snap_edges_adds_no_free_air_at_a_blurred_edge(lung_hu: float) -> None:
+    """A partly collapsed lung inside free air (a pneumothorax), its edge blurred by the scanner:
+    the partial-volume voxels outside the edge lie between lung and air, in aerated lung's HU
+    range, but far darker than the lung; ``darker_hu`` keeps them out, and against tissue it
+    changes nothing."""
+    spacing = 0.8
+    truth, hu = _chest_slice(spacing, lung_hu=lung_hu, noise=10.0, outside_hu=-1000.0)
+    p = EdgeSnapParams()
+    assert p.darker_hu is not None
+    air = ~truth
+    assert (snap_edges(truth, hu, (spacing, spacing), p=EdgeSnapParams(darker_hu=None)) & air).sum() > 50  # the blur is added without it
+    assert not (snap_edges(truth, hu, (spacing, spacing), p=p) & air).any()
+    for lung_hu_tissue in (lung_hu, -850.0):  # against tissue the test changes nothing
+        truth, hu = _chest_slice(spacing, lung_hu=lung_hu_tissue, noise=40.0)
+        lung = ndimage.binary_erosion(truth, iterations=1)
+        snapped = snap_edges(lung, hu, (spacing, spacing), p=p)
+        assert np.array_equal(snapped, snap_edges(lung, hu, (spacing, spacing), p=EdgeSnapParams(darker_hu=None)))
+
+
 def test_edge_rules_read_the_scanners_padding_as_air() -> None:
     """A lung the reconstruction circle cuts: beyond the circle the scanner's padding (-3024)
     is smoothed as air (-1024). Smoothed as it is, it made the lung at the circle darker than
@@ -1082,6 +1102,11 @@ def test_edge_rules_read_the_scanners_padding_as_air() -> None:
         results.append((snap_edges(lung & ~cut, h, (spacing, spacing), ~cut), fat_in_lung(truth & ~cut, h, (spacing, spacing))))
     assert np.array_equal(results[0][0], results[1][0]) and np.array_equal(results[0][1], results[1][1])
     assert (results[1][0] & ~lung).any() and not results[1][1].any()
+    # the padding is no free air next to the lung: the lung is added up to the circle as without
+    # the darker-than-lung test
+    h = np.where(cut, -3024.0, hu).astype(np.float32)
+    plain = snap_edges(lung & ~cut, h, (spacing, spacing), ~cut, EdgeSnapParams(darker_hu=None))
+    assert np.array_equal(results[1][0], plain)
     smooth = _util.smoothed_hu(np.where(cut, -3024.0, hu), 1.0)
     assert smooth.dtype == np.float32 and smooth.min() >= spatial.AIR_HU
 

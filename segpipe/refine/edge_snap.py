@@ -14,6 +14,7 @@ from scipy import ndimage
 
 from segpipe.refine._util import bounding_box, disk, map_parallel, smoothed_hu
 from segpipe.refine.base import RuleReport, ScanContext
+from segpipe.spatial import AIR_HU
 
 __all__ = ["EdgeSnapParams", "snap_edges", "snap_label_edges", "rule"]
 
@@ -28,12 +29,18 @@ class EdgeSnapParams:
             collapsed lung, from being taken for lung).
         band_mm: in-plane reach of the move (whole pixels, at least one): about one fine voxel.
         smooth_mm: in-plane Gaussian sigma before the HU test (noise).
+        darker_hu: an outside voxel darker than the aerated lung next to it (its mean within
+            ``4 * band_mm``) by more than this is not added (None: no such test). Where lung
+            meets tissue the edge's partial-volume voxels are brighter than the lung; where
+            it meets free air (a pneumothorax around a collapsed lobe) they are darker, and
+            that air is not lung.
     """
 
     enabled: bool = True
     hu: tuple[float, float] = (-975.0, -450.0)
     band_mm: float = 1.5
     smooth_mm: float = 0.5
+    darker_hu: float | None = 150.0
 
 
 def snap_edges(lung: np.ndarray, hu: np.ndarray, spacing_yx: tuple[float, float], allowed: np.ndarray | None = None,
@@ -69,10 +76,31 @@ def snap_edges(lung: np.ndarray, hu: np.ndarray, spacing_yx: tuple[float, float]
     aerated = ndimage.binary_dilation(core & air, se, iterations=2)
     drop = inner & (smooth >= p.hu[1]) & aerated  # tissue; very dark lung (a bulla) stays
     add = outer & air & aerated
+    if p.darker_hu is not None and add.any():
+        add &= ~_darker_than_lung(hu[box], smooth, core & air, sigma, (ry, rx), p.darker_hu)
     region = out[box]
     region[drop] = False
     region[add] = True
     return out
+
+
+def _darker_than_lung(hu: np.ndarray, smooth: np.ndarray, lung: np.ndarray, sigma: tuple[float, ...],
+                      band_px: tuple[float, float], darker_hu: float) -> np.ndarray:
+    """Where the scan is darker by more than ``darker_hu`` than the mean of ``lung``'s voxels
+    (``smooth``) within four bands (a box window; False where no lung is that near). The scan
+    is smoothed here without its voxels at or below air (:data:`segpipe.spatial.AIR_HU`): the
+    padding beyond a scanner's reconstruction circle is no air next to the lung, and lung that
+    the circle cuts is still added up to it."""
+    size = tuple(2 * int(np.ceil(4 * b)) + 1 for b in band_px)
+    weight = ndimage.uniform_filter(lung.astype(np.float32), size, mode="constant")
+    total = ndimage.uniform_filter(np.where(lung, smooth, np.float32(0)), size, mode="constant")
+    near = weight > 1e-3
+    mean = np.divide(total, weight, out=np.zeros_like(total), where=near)
+    seen = (np.asarray(hu) > AIR_HU).astype(np.float32)
+    seen_w = ndimage.gaussian_filter(seen, sigma=sigma, mode="nearest")
+    seen_hu = ndimage.gaussian_filter(np.where(seen > 0, np.asarray(hu, np.float32), np.float32(0)), sigma=sigma, mode="nearest")
+    value = np.divide(seen_hu, seen_w, out=np.full_like(seen_hu, np.float32(AIR_HU)), where=seen_w > 0.05)
+    return near & (value < mean - np.float32(darker_hu))
 
 
 def snap_label_edges(label: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float],
