@@ -96,10 +96,13 @@ def _darker_than_lung(hu: np.ndarray, smooth: np.ndarray, lung: np.ndarray, sigm
     total = ndimage.uniform_filter(np.where(lung, smooth, np.float32(0)), size, mode="constant")
     near = weight > 1e-3
     mean = np.divide(total, weight, out=np.zeros_like(total), where=near)
-    seen = (np.asarray(hu) > AIR_HU).astype(np.float32)
-    seen_w = ndimage.gaussian_filter(seen, sigma=sigma, mode="nearest")
-    seen_hu = ndimage.gaussian_filter(np.where(seen > 0, np.asarray(hu, np.float32), np.float32(0)), sigma=sigma, mode="nearest")
-    value = np.divide(seen_hu, seen_w, out=np.full_like(seen_hu, np.float32(AIR_HU)), where=seen_w > 0.05)
+    hu = np.asarray(hu)
+    value = smooth
+    if (hu <= AIR_HU).any():  # else the same as ``smooth``
+        seen = (hu > AIR_HU).astype(np.float32)
+        seen_w = ndimage.gaussian_filter(seen, sigma=sigma, mode="nearest")
+        seen_hu = ndimage.gaussian_filter(np.where(seen > 0, hu.astype(np.float32), np.float32(0)), sigma=sigma, mode="nearest")
+        value = np.divide(seen_hu, seen_w, out=np.full_like(seen_hu, np.float32(AIR_HU)), where=seen_w > 0.05)
     return near & (value < mean - np.float32(darker_hu))
 
 
