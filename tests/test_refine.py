@@ -1104,8 +1104,7 @@ def test_edge_rules_read_the_scanners_padding_as_air() -> None:
     assert (results[1][0] & ~lung).any() and not results[1][1].any()
     # the padding is no free air next to the lung: the lung is added up to the circle as without
     # the darker-than-lung test
-    h = np.where(cut, -3024.0, hu).astype(np.float32)
-    plain = snap_edges(lung & ~cut, h, (spacing, spacing), ~cut, EdgeSnapParams(darker_hu=None))
+    plain = snap_edges(lung & ~cut, h, (spacing, spacing), ~cut, EdgeSnapParams(darker_hu=None))  # h: the -3024 padding
     assert np.array_equal(results[1][0], plain)
     smooth = _util.smoothed_hu(np.where(cut, -3024.0, hu), 1.0)
     assert smooth.dtype == np.float32 and smooth.min() >= spatial.AIR_HU

@@ -7,6 +7,7 @@ boundary. Runs on the scan's own voxels, slice by slice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,18 +93,23 @@ def _darker_than_lung(hu: np.ndarray, smooth: np.ndarray, lung: np.ndarray, sigm
     padding beyond a scanner's reconstruction circle is no air next to the lung, and lung that
     the circle cuts is still added up to it."""
     size = tuple(2 * int(np.ceil(4 * b)) + 1 for b in band_px)
-    weight = ndimage.uniform_filter(lung.astype(np.float32), size, mode="constant")
-    total = ndimage.uniform_filter(np.where(lung, smooth, np.float32(0)), size, mode="constant")
+    mean, weight = _masked_mean(smooth, lung, lambda a: ndimage.uniform_filter(a, size, mode="constant"))
     near = weight > 1e-3
-    mean = np.divide(total, weight, out=np.zeros_like(total), where=near)
     hu = np.asarray(hu)
     value = smooth
     if (hu <= AIR_HU).any():  # else the same as ``smooth``
-        seen = (hu > AIR_HU).astype(np.float32)
-        seen_w = ndimage.gaussian_filter(seen, sigma=sigma, mode="nearest")
-        seen_hu = ndimage.gaussian_filter(np.where(seen > 0, hu.astype(np.float32), np.float32(0)), sigma=sigma, mode="nearest")
-        value = np.divide(seen_hu, seen_w, out=np.full_like(seen_hu, np.float32(AIR_HU)), where=seen_w > 0.05)
+        seen_mean, seen = _masked_mean(hu.astype(np.float32), hu > AIR_HU,
+                                       lambda a: ndimage.gaussian_filter(a, sigma=sigma, mode="nearest"))
+        value = np.where(seen > 0.05, seen_mean, np.float32(AIR_HU))
     return near & (value < mean - np.float32(darker_hu))
+
+
+def _masked_mean(values: np.ndarray, mask: np.ndarray, smooth: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``smooth`` of ``values`` over ``mask`` divided by ``smooth`` of ``mask`` (0 where no mask
+    is near), and that weight."""
+    weight = smooth(mask.astype(np.float32))
+    total = smooth(np.where(mask, values, np.float32(0)))
+    return np.divide(total, weight, out=np.zeros_like(total), where=weight > 1e-3), weight
 
 
 def snap_label_edges(label: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, float, float],
