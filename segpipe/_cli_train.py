@@ -51,6 +51,9 @@ def add_synth(sub: argparse._SubParsersAction) -> None:
                    help="share of lobar consolidations that fill their whole lobe out to the pleura (default 0)")
     p.add_argument("--diaphragm-variety", type=float, metavar="P",
                    help="probability of a diaphragm whose anterior recesses reach as low as the posterior ones (default 0)")
+    p.add_argument("--recess-variety", type=float, metavar="P",
+                   help="probability of domes whose lowest lung lies toward a direction drawn all round: "
+                        "in front, at a side or behind (default 0)")
     p.add_argument("--flexure-variety", type=float, metavar="P",
                    help="probability of a colon whose splenic flexure lies high under the left dome (default 0)")
     p.add_argument("--table-variety", type=float, metavar="P",
@@ -79,7 +82,8 @@ def add_synth(sub: argparse._SubParsersAction) -> None:
                            ("slice_mm", args.slice), ("coverage", args.coverage), ("orientation", args.orientation),
                            ("dtype", args.dtype), ("noise_hu", args.noise), ("abdomen_detail", args.abdomen_detail),
                            ("whole_lobe", args.whole_lobe), ("diaphragm_variety", args.diaphragm_variety),
-                           ("flexure_variety", args.flexure_variety), ("table_variety", args.table_variety)):
+                           ("recess_variety", args.recess_variety), ("flexure_variety", args.flexure_variety),
+                           ("table_variety", args.table_variety)):
             if value is not None:
                 options[key] = value
         if args.contrast is not None:

@@ -389,7 +389,7 @@ class PhantomCoverageConfig:
 
 
 #: PhantomSpec probabilities that DataConfig passes on as ``phantom_<name>`` (0: not drawn)
-PHANTOM_KNOBS = ("abdomen_detail", "diaphragm_variety", "flexure_variety", "table_variety")
+PHANTOM_KNOBS = ("abdomen_detail", "diaphragm_variety", "recess_variety", "flexure_variety", "table_variety")
 
 
 @dataclass(frozen=True)
@@ -414,6 +414,7 @@ class DataConfig:
     phantom_coverage: PhantomCoverageConfig = field(default_factory=PhantomCoverageConfig)
     phantom_abdomen_detail: float = 0.0
     phantom_diaphragm_variety: float = 0.0
+    phantom_recess_variety: float = 0.0
     phantom_flexure_variety: float = 0.0
     phantom_table_variety: float = 0.0
     val_fraction: float = 0.2

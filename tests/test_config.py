@@ -36,6 +36,7 @@ def test_defaults_round_trip_through_dict() -> None:
         ({"data": {"phantom_coverage": {"lung_base": 1.0}}}, "unknown config key data.phantom_coverage.lung_base"),
         ({"data": {"phantom_coverage": {"chest": -0.5}}}, "data.phantom_coverage.chest: expected a weight >= 0"),
         ({"data": {"phantom_diaphragm_variety": 1.2}}, "data.phantom_diaphragm_variety: expected a probability"),
+        ({"data": {"phantom_recess_variety": 1.2}}, "data.phantom_recess_variety: expected a probability"),
         ({"data": {"phantom_flexure_variety": -0.2}}, "data.phantom_flexure_variety: expected a probability"),
         ({"data": {"phantom_table_variety": 1.2}}, "data.phantom_table_variety: expected a probability"),
         ({"data": {"phantom_coverage": dict.fromkeys(("chest", "chest_abdomen", "neck_pelvis", "lung_bases", "no_lungs"), 0)}},

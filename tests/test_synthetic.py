@@ -475,6 +475,37 @@ def test_diaphragm_variety_brings_the_anterior_recesses_down() -> None:
         PhantomSpec(diaphragm_variety=1.5)
 
 
+def test_recess_variety_puts_the_lowest_lung_toward_the_direction_drawn() -> None:
+    """With ``recess_variety`` each dome's floor slopes down toward a direction drawn all round
+    (0: the back, pi/2: the side away from the midline, pi: the front): the lowest tenth of
+    each lung's floor lies that way from the lung's centre, in front or at the side too, where
+    the plain domes keep it behind."""
+
+    def lowest_way(ph, value: int) -> np.ndarray:  # unit (x, y) from a lung's footprint centre to its lowest tenth
+        lab = sitk.DICOMOrient(ph.label, "LPS")
+        lung = sitk.GetArrayFromImage(lab) == value
+        columns = lung.any(0)
+        floor = np.argmax(lung, axis=0)[columns]  # LPS: z index 0 is the feet
+        y, x = np.nonzero(columns)
+        low = floor <= np.percentile(floor, 10)
+        way = np.array([x[low].mean() - x.mean(), y[low].mean() - y.mean()])
+        return way / np.linalg.norm(way)
+
+    agree = []
+    for seed in (3, 5, 11):  # drawn toward the front (3, 11) and the side (5)
+        spec = PhantomSpec(seed=seed, size_xyz=(96, 96, 96), coverage="chest")
+        plain, varied = make_phantom(spec), make_phantom(spec.replace(recess_variety=1.0))
+        toward = varied.info["diaphragm"]["toward"]
+        assert plain.info["diaphragm"]["toward"] == 0.0
+        for value, outward in ((1, -1.0), (2, 1.0)):  # right lung: its side is -x (LPS); left: +x
+            drawn = np.array([np.sin(toward) * outward, np.cos(toward)])
+            assert lowest_way(varied, value) @ drawn > 0.85, (seed, value, toward)
+            agree.append(lowest_way(plain, value) @ drawn)
+    assert min(agree) < 0.0  # the plain domes' lowest lung is not in front
+    with pytest.raises(ConfigError, match="recess_variety"):
+        PhantomSpec(recess_variety=1.5)
+
+
 def test_flexure_variety_brings_the_colon_up_under_the_left_dome() -> None:
     """With ``flexure_variety`` the colon's splenic flexure lies 15-50 mm below the left dome
     (about 60 mm without), so a scan whose top edge is just below the lungs shows gas and stool

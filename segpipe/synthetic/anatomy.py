@@ -63,6 +63,7 @@ def rotation(u: np.ndarray) -> np.ndarray:
 
 
 DOME_LY, DOME_Y, DOME_TILT = (0.7, 1.0), (-15.0, 5.0), (0.2, 1.0)  # diaphragm_variety's ranges
+RECESS_TILT = (1.0, 3.0)  # recess_variety's tilt (x the default 15 mm), toward a direction drawn all round
 
 
 class Body:
@@ -144,11 +145,16 @@ class Body:
         ]).col(0)
         # diaphragm
         self.dome = dict(xR=-50 * S * j(0.1), xL=55 * S * j(0.1), y=-15 * S, Lx=100 * S * j(0.05),
-                         Ly=120 * S * j(0.05), depth=90 * S * j(0.1), tilt=15 * S * j(0.2), steep=1.0)
+                         Ly=120 * S * j(0.05), depth=90 * S * j(0.1), tilt=15 * S * j(0.2), steep=1.0,
+                         toward=0.0)
         if spec.diaphragm_variety and rng.random() < spec.diaphragm_variety:
             # (drawn only when asked for: every other phantom stays as it was)
             u = rng.uniform
             self.dome.update(Ly=self.dome["Ly"] * u(*DOME_LY), y=u(*DOME_Y) * S, tilt=self.dome["tilt"] * u(*DOME_TILT))
+        if spec.recess_variety and rng.random() < spec.recess_variety:
+            # each dome's floor slopes down toward a direction drawn all round (0: the back,
+            # pi/2: the side, pi: the front), so that its lowest lung is a crescent there
+            self.dome.update(tilt=15 * S * rng.uniform(*RECESS_TILT), toward=rng.uniform(-np.pi, np.pi))
         self.contrast = spec.contrast
         self.hu_blood = float(rng.uniform(150, 320)) if spec.contrast else float(rng.uniform(35, 50))
         self.hu_muscle = float(rng.uniform(40, 58))
@@ -192,17 +198,20 @@ class Body:
         w = 0.5 * (1 - np.tanh(x / 15.0))  # weight of the right dome
         out, gx, gy = 0.0, 0.0, 0.0
         D, st = d["depth"], d["steep"]
-        for wt, xc, zc in ((w, d["xR"], self.L["domeR"]), (1 - w, d["xL"], self.L["domeL"])):
+        # the floor slopes down by ``tilt`` per unit of the dome's radius toward ``toward``
+        # (0: the back, +y; pi/2: the side, away from the midline; pi: the front)
+        back, side = float(np.cos(d["toward"])), float(np.sin(d["toward"]))
+        for wt, xc, zc, out_x in ((w, d["xR"], self.L["domeR"], -1.0), (1 - w, d["xL"], self.L["domeL"], 1.0)):
             u, v = (x - xc) / d["Lx"], (y - d["y"]) / d["Ly"]
             r2 = u * u + v * v
             root = np.sqrt(np.maximum(1.0 - r2, 0.04))  # ellipsoidal cap: flat top, steep sides
             r = np.sqrt(r2)
             out_r = np.maximum(r - 0.98, 0.0)
-            zs = zc - D * (1.0 - root) - d["tilt"] * v - st * D * out_r
+            zs = zc - D * (1.0 - root) - d["tilt"] * (back * v + side * out_x * u) - st * D * out_r
             out = out + wt * zs
             dr = np.where(r2 < 0.96, D / root, 0.0) + st * D * (out_r > 0) / np.maximum(r, 1e-6)
-            gx = gx + wt * (-dr * u / d["Lx"])
-            gy = gy + wt * (-dr * v / d["Ly"] - d["tilt"] / d["Ly"])
+            gx = gx + wt * (-dr * u / d["Lx"] - d["tilt"] * side * out_x / d["Lx"])
+            gy = gy + wt * (-dr * v / d["Ly"] - d["tilt"] * back / d["Ly"])
         low = out < self.L["lung_min"]
         out = np.where(low, self.L["lung_min"], out)
         return out.astype(F32), np.where(low, 0, gx).astype(F32), np.where(low, 0, gy).astype(F32)

@@ -313,7 +313,7 @@ def _info(body: Body, parts, offset: np.ndarray, label: np.ndarray, grid: Grid) 
     info.update(move(parts.info))
     info["bowel_gas_points_mm"] = [(np.asarray(p) + offset).round(3).tolist() for p in body.gas_points]
     # the domes' shape (mm; ``y`` the domes' centre front to back in the anatomy frame)
-    info["diaphragm"] = {k: round(float(body.dome[k]), 2) for k in ("Lx", "Ly", "y", "depth", "tilt")}
+    info["diaphragm"] = {k: round(float(body.dome[k]), 2) for k in ("Lx", "Ly", "y", "depth", "tilt", "toward")}
     # how far the colon's highest point lies below the left dome's top (mm)
     info["colon_below_left_dome_mm"] = round(float(body.L["domeL"] - body.colon[0][:, 2].max()), 1)
     vox_ml = float(np.prod(grid.spacing)) / 1000.0

@@ -80,6 +80,10 @@ class PhantomSpec:
             domes narrower front to back, centred further back and less tilted, so that the
             anterior costophrenic recesses reach as low as the posterior ones (the lung in
             front of the heart and the liver shows in the top slices of an abdominal scan).
+        recess_variety: Probability that each dome's floor slopes down toward a direction
+            drawn all round it (the front, a side or the back; 15-45 mm lower at the rim), so
+            that the lowest lung, which the top slices of an abdominal scan cut, is a crescent
+            there rather than always the posterior recess.
         flexure_variety: Probability that the colon's splenic flexure lies high under the
             left dome (15-50 mm below it, often in front of the stomach) with the transverse
             colon rising to it: gas and stool in the top slices of an abdominal scan, beside
@@ -116,6 +120,7 @@ class PhantomSpec:
     collapse: float = 0.0
     whole_lobe: float = 0.0
     diaphragm_variety: float = 0.0
+    recess_variety: float = 0.0
     flexure_variety: float = 0.0
     table_variety: float = 0.0
 
@@ -160,7 +165,8 @@ class PhantomSpec:
             raise bad("blur_mm", "a blur in 0..5 mm")
         if self.padding_value is not None and self.padding_value not in PADDING_VALUES:
             raise bad("padding_value", "None or one of -1024, -2048, -3024")
-        for name in (*PATHOLOGIES, "abdomen_detail", "whole_lobe", "diaphragm_variety", "flexure_variety", "table_variety"):
+        for name in (*PATHOLOGIES, "abdomen_detail", "whole_lobe", "diaphragm_variety", "recess_variety", "flexure_variety",
+                     "table_variety"):
             if not 0 <= getattr(self, name) <= 1:
                 raise bad(name, "a probability in 0..1")
 
