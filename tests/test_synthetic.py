@@ -312,6 +312,7 @@ def test_cli_whole_lobe_consolidation(tmp_path: Path) -> None:
         ["--abdomen-detail", "2"],
         ["--whole-lobe", "1.5"],
         ["--diaphragm-variety", "-0.1"],
+        ["--recess-variety", "1.5"],
         ["--flexure-variety", "2"],
         ["--table-variety", "-1"],
     ],
