@@ -856,6 +856,31 @@ def test_track_airways_finds_the_trachea_and_never_lung(seed: int) -> None:
     assert not track_airways((low < -900) & body_interior(low), coarse.GetSpacing()).any()
 
 
+@pytest.mark.parametrize("seed", [11, 13])
+def test_track_airways_near_the_spine_in_a_view_that_cuts_the_body(seed: int) -> None:
+    """A view that cuts the body at a side (its left edge 24 mm right of the trachea) puts the
+    trachea off the view's middle: sought there, a lung apex is taken for it; sought near the
+    spine's column the trachea and bronchi are tracked exactly as in the whole scan."""
+    from segpipe.refine.airways import TRACHEA_FROM_SPINE_MM
+    from segpipe.refine.spine import spine_x
+    from segpipe.synthetic import PhantomSpec, make_phantom
+
+    ph = make_phantom(PhantomSpec(seed=seed, size_xyz=(160, 140, 150), spacing_xyz=(2.0, 2.0, 2.5), coverage="chest"))
+    coarse = spatial.resample_image(ph.image, (4.0, 4.0, 4.0))
+    hu, body = sitk.GetArrayFromImage(coarse), body_interior(sitk.GetArrayFromImage(coarse))
+    lung = sitk.GetArrayFromImage(spatial.resample_label(ph.label, (4.0, 4.0, 4.0))) > 0
+    whole = track_airways((hu < -900) & body, coarse.GetSpacing())
+    x0 = int(round(np.nonzero(whole)[2].mean())) - 6
+    air, cut_body = (hu < -900)[:, :, x0:] & body[:, :, x0:], body[:, :, x0:]
+    off_middle = track_airways(air, coarse.GetSpacing())
+    assert off_middle.any() and np.all(lung[:, :, x0:][off_middle])  # the view's middle: an apex
+    spine = spine_x(hu[:, :, x0:], coarse.GetSpacing(), cut_body)
+    assert spine is not None
+    tracked = track_airways(air, coarse.GetSpacing(), centre_x=spine, reach_x=TRACHEA_FROM_SPINE_MM / 4.0)
+    assert tracked.sum() > 250 and np.array_equal(tracked, whole[:, :, x0:])
+    assert not (tracked & lung[:, :, x0:]).any()
+
+
 def test_trachea_seed_ignores_specks_and_needs_a_tube() -> None:
     """Specks of air (noise at the corners of a coarse matrix) beside the trachea's top slices do
     not hide it; a round pocket of air in the last slices, which does not go on as a tube, is
@@ -882,6 +907,12 @@ def test_trachea_seed_ignores_specks_and_needs_a_tube() -> None:
     carina[: nz - 1, 29:32, 27:30] = carina[: nz - 1, 29:32, 34:37] = True
     seed = trachea_seed(carina, (4.0, 4.0, 4.0))
     assert seed is not None and seed[0] == nz - 1
+    at_edge = np.zeros_like(air)
+    at_edge[10:, 29:32, :3] = True  # a round tube that the view's side edge cuts: its shape is unknown
+    assert trachea_seed(at_edge, (4.0, 4.0, 4.0), centre_x=1.0, reach_x=6.0) is None
+    at_edge[10:, 29:32, :3] = False
+    at_edge[10:, 29:32, 1:4] = True  # the same tube whole, one column in
+    assert trachea_seed(at_edge, (4.0, 4.0, 4.0), centre_x=1.0, reach_x=6.0) is not None
 
 
 def test_track_airways_stops_at_fragmented_dark_parenchyma() -> None:

@@ -455,7 +455,10 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
     cues: list[str] = []
     view_side = body_cut_side(body, edge)
     centre_x = spatial.scanner_centre_x_index(canonical, coarse_img) if s.rules.sides.scanner_centre else None
-    spine = spine_x(hu, coarse_img.GetSpacing(), body) if s.rules.sides.spine and view_side else None
+    # where the view cuts the body at a side its middle is not the body's: the spine marks the
+    # midline for the sides (when that cue is on) and for the trachea's search
+    found_spine = spine_x(hu, coarse_img.GetSpacing(), body) if view_side else None
+    spine = found_spine if s.rules.sides.spine else None
     aerated = hu < AERATED_HU
     sides, parted_ml, named_ml = name_sides(found, spine=spine, voxel_ml=voxel_ml, edge=edge, cues=cues,
                                             min_fraction=s.rules.sides.min_fraction, midline_x=midline_x, left_vote=left_vote,
@@ -473,7 +476,7 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
         box = spatial.box_from_mask(spatial.copy_geometry(sides, coarse_img), value)
         if box is not None:
             boxes[side] = box.expand(s.margin_mm + extra)
-    airways = coarse_airways(full_hu, body, coarse_img.GetSpacing(), s.rules.airways)
+    airways = coarse_airways(full_hu, body, coarse_img.GetSpacing(), s.rules.airways, spine_x=found_spine)
     result = CoarseResult(
         spatial.Geometry.of(coarse_img), tuple(coarse_img.GetSpacing()),  # type: ignore[arg-type]
         spatial.copy_geometry(np.asarray(_on_grid(lung[near], near, lung.shape), np.float32), coarse_img), sides, body, airways,

@@ -32,32 +32,40 @@ class AirwaysParams:
 
 
 SPECK_CM2 = 0.3  # air regions smaller than this (a few coarse voxels) are specks of noise, not air spaces
+TRACHEA_FROM_SPINE_MM = 25.0  # the trachea's centre lies this close to the spine's in left-right (a view that cuts the body)
 TUBE_SLICES = 3  # the trachea's seed goes on below, as tracking follows it, through this many slices
 
 
-def _trachea_like(air: np.ndarray, spacing_xyz: tuple[float, float, float]) -> tuple[list[np.ndarray], int]:
-    """The air regions of one slice that could be the trachea (0.7 - 8 cm^2, near the
-    left-right middle, round: neither extent over 2.5 times the other), and how many air
-    regions of :data:`SPECK_CM2` or more the slice holds."""
+def _trachea_like(air: np.ndarray, spacing_xyz: tuple[float, float, float],
+                  centre_x: float | None = None, reach_x: float | None = None) -> tuple[list[np.ndarray], int]:
+    """The air regions of one slice that could be the trachea (0.7 - 8 cm^2, within ``reach_x``
+    columns of ``centre_x``: by default 15 % of the slice's width of its left-right middle;
+    round: neither extent over 2.5 times the other; whole: not on the slice's border), and
+    how many air regions of
+    :data:`SPECK_CM2` or more the slice holds."""
     pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
     nx = air.shape[1]
+    centre_x = nx / 2 if centre_x is None else centre_x
+    reach_x = nx * 0.15 if reach_x is None else reach_x
     labels, n = ndimage.label(air, structure=CROSS2)
     areas = np.bincount(labels.ravel(), minlength=n + 1)[1:] * pixel_cm2
     out = []
     for i in np.flatnonzero((areas >= 0.7) & (areas <= 8.0)) + 1:
         region = labels == i
         ys, xs = np.nonzero(region)
-        if abs(xs.mean() - nx / 2) > nx * 0.15:
-            continue
+        if abs(xs.mean() - centre_x) > reach_x or not (0 < xs.min() and xs.max() < nx - 1 and 0 < ys.min() and ys.max() < air.shape[0] - 1):
+            continue  # off the middle, or cut by the view's edge (its shape unknown)
         extent = (np.ptp(xs) + 1) * spacing_xyz[0], (np.ptp(ys) + 1) * spacing_xyz[1]
         if max(extent) <= 2.5 * min(extent):
             out.append(region)
     return out, int(np.count_nonzero(areas >= SPECK_CM2))
 
 
-def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]) -> tuple[int, np.ndarray] | None:
+def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float], *,
+                 centre_x: float | None = None, reach_x: float | None = None) -> tuple[int, np.ndarray] | None:
     """The trachea's highest slice: the highest slice holding a small, round air region near
-    the left-right middle of the body's air (area 0.7 - 8 cm^2) with at most one other air
+    the left-right middle of the body's air (area 0.7 - 8 cm^2; near ``centre_x`` within
+    ``reach_x`` columns where they are given, see :func:`_trachea_like`) with at most one other air
     region beside it (the esophagus; above the lung apices), that goes on below through
     :data:`TUBE_SLICES` slices as one or two air regions (the main bronchi below the carina) of
     8 cm^2 at most together (a tube, as :func:`track_airways` follows it). Specks of air under
@@ -66,7 +74,7 @@ def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]
     nz = candidates.shape[0]
     pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
     for z in range(nz - 1, TUBE_SLICES - 2, -1):  # LPS: high z is superior
-        regions, count = _trachea_like(candidates[z], spacing_xyz)
+        regions, count = _trachea_like(candidates[z], spacing_xyz, centre_x, reach_x)
         if count > 2:
             continue
         for region in regions:
@@ -82,7 +90,8 @@ def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]
     return None
 
 
-def track_airways(air: np.ndarray, spacing_xyz: tuple[float, float, float], *, max_area_cm2: float = 8.0) -> np.ndarray:
+def track_airways(air: np.ndarray, spacing_xyz: tuple[float, float, float], *, max_area_cm2: float = 8.0,
+                  centre_x: float | None = None, reach_x: float | None = None) -> np.ndarray:
     """Trachea and main bronchi in a canonical ``(z, y, x)`` mask of air inside the body,
     followed slice by slice from :func:`trachea_seed` downward: a slice keeps the air regions
     that overlap the previous slice's airway (one pixel of slack). Tracking stops, keeping
@@ -90,9 +99,10 @@ def track_airways(air: np.ndarray, spacing_xyz: tuple[float, float, float], *, m
     more than two regions, together larger than ``max_area_cm2``, or more than twice the
     previous slice's area (plus 1 cm^2). That is where the airway meets the lung's own air
     (the hilum) or dark, fragmented parenchyma, so no lung is taken. Empty when no trachea is
-    found (a scan of the lung bases or the abdomen)."""
+    found (a scan of the lung bases or the abdomen). ``centre_x``, ``reach_x``: where the
+    trachea may lie (:func:`trachea_seed`)."""
     out = np.zeros(air.shape, bool)
-    seed = trachea_seed(air, spacing_xyz)
+    seed = trachea_seed(air, spacing_xyz, centre_x=centre_x, reach_x=reach_x)
     if seed is None:
         return out
     z0, region = seed
@@ -116,13 +126,16 @@ def track_airways(air: np.ndarray, spacing_xyz: tuple[float, float, float], *, m
 
 
 def coarse_airways(hu_zyx: np.ndarray, body: np.ndarray, spacing_xyz: tuple[float, float, float],
-                   p: AirwaysParams = AirwaysParams()) -> np.ndarray:
+                   p: AirwaysParams = AirwaysParams(), *, spine_x: float | None = None) -> np.ndarray:
     """The trachea and main bronchi on the coarse grid: tracked through the lumen inside the
     body (:func:`track_airways`) and grown by one voxel in-plane for the walls' partial
-    volume. Empty when the rule is off."""
+    volume. Empty when the rule is off. ``spine_x``: the spine's column where the view cuts the
+    body at a side (the view's middle is then not the body's); the trachea is sought within
+    :data:`TRACHEA_FROM_SPINE_MM` of it, in front of the spine, wherever the view puts it."""
     if not p.enabled:
         return np.zeros(body.shape, bool)
-    tracked = track_airways((hu_zyx < p.lumen_hu) & body, spacing_xyz, max_area_cm2=p.max_area_cm2)
+    near_spine = {} if spine_x is None else {"centre_x": spine_x, "reach_x": TRACHEA_FROM_SPINE_MM / spacing_xyz[0]}
+    tracked = track_airways((hu_zyx < p.lumen_hu) & body, spacing_xyz, max_area_cm2=p.max_area_cm2, **near_spine)
     in_plane = ndimage.generate_binary_structure(3, 1) & np.array([0, 1, 0], bool)[:, None, None]
     return ndimage.binary_dilation(tracked, structure=in_plane)
 
