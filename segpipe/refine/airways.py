@@ -40,9 +40,9 @@ def _trachea_like(air: np.ndarray, spacing_xyz: tuple[float, float, float],
                   centre_x: float | None = None, reach_x: float | None = None) -> tuple[list[np.ndarray], int]:
     """The air regions of one slice that could be the trachea (0.7 - 8 cm^2, within ``reach_x``
     columns of ``centre_x``: by default 15 % of the slice's width of its left-right middle;
-    round: neither extent over 2.5 times the other; whole: not on the slice's border), and
-    how many air regions of
-    :data:`SPECK_CM2` or more the slice holds."""
+    round: neither extent over 2.5 times the other; whole: not on the slice's border, where
+    the view cuts it and its shape is unknown), and how many air regions of :data:`SPECK_CM2`
+    or more the slice holds."""
     pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
     nx = air.shape[1]
     centre_x = nx / 2 if centre_x is None else centre_x
@@ -53,8 +53,9 @@ def _trachea_like(air: np.ndarray, spacing_xyz: tuple[float, float, float],
     for i in np.flatnonzero((areas >= 0.7) & (areas <= 8.0)) + 1:
         region = labels == i
         ys, xs = np.nonzero(region)
-        if abs(xs.mean() - centre_x) > reach_x or not (0 < xs.min() and xs.max() < nx - 1 and 0 < ys.min() and ys.max() < air.shape[0] - 1):
-            continue  # off the middle, or cut by the view's edge (its shape unknown)
+        on_border = xs.min() == 0 or ys.min() == 0 or xs.max() == nx - 1 or ys.max() == air.shape[0] - 1
+        if on_border or abs(xs.mean() - centre_x) > reach_x:
+            continue
         extent = (np.ptp(xs) + 1) * spacing_xyz[0], (np.ptp(ys) + 1) * spacing_xyz[1]
         if max(extent) <= 2.5 * min(extent):
             out.append(region)
@@ -130,8 +131,8 @@ def coarse_airways(hu_zyx: np.ndarray, body: np.ndarray, spacing_xyz: tuple[floa
     """The trachea and main bronchi on the coarse grid: tracked through the lumen inside the
     body (:func:`track_airways`) and grown by one voxel in-plane for the walls' partial
     volume. Empty when the rule is off. ``spine_x``: the spine's column where the view cuts the
-    body at a side (the view's middle is then not the body's); the trachea is sought within
-    :data:`TRACHEA_FROM_SPINE_MM` of it, in front of the spine, wherever the view puts it."""
+    body at a side (the view's middle is then not the body's): the trachea, which lies in
+    front of the spine, is sought within :data:`TRACHEA_FROM_SPINE_MM` of its column."""
     if not p.enabled:
         return np.zeros(body.shape, bool)
     near_spine = {} if spine_x is None else {"centre_x": spine_x, "reach_x": TRACHEA_FROM_SPINE_MM / spacing_xyz[0]}
