@@ -57,6 +57,16 @@ def widen_boxes(mm: float) -> None:
     spatial.Box.expand = expand
 
 
+def base_slab(seed: int, cm: float) -> tuple[sitk.Image, np.ndarray]:
+    """Family B chest case ``seed`` (canonical) cut as the lowest ``cm`` cm of lung with 15 cm
+    below, and its reference labels cut alike."""
+    image, label, _ = family_b.make_case(seed, "chest")
+    can = spatial.to_canonical(image)[0]
+    la = sitk.GetArrayFromImage(spatial.to_canonical(label)[0])
+    lo, hi = end_slab(np.nonzero(la.any(axis=(1, 2)))[0], can.GetSpacing()[2], la.shape[0], "bases", cm, 15)
+    return can[:, :, lo:hi], la[lo:hi]
+
+
 def region_mask(img: sitk.Image, regions: dict, shape: tuple[int, ...]) -> np.ndarray:
     """The scan's voxels that overlap a fine region (``spatial.box_index_range``)."""
     out = np.zeros(shape, bool)
@@ -84,11 +94,7 @@ def main() -> None:
     rows = []
     for seed in range(args.first, args.end):
         got.clear()
-        image, label, _ = family_b.make_case(seed, "chest")
-        can = spatial.to_canonical(image)[0]
-        la = sitk.GetArrayFromImage(spatial.to_canonical(label)[0])
-        lo, hi = end_slab(np.nonzero(la.any(axis=(1, 2)))[0], can.GetSpacing()[2], la.shape[0], "bases", args.cm, 15)
-        img, r = can[:, :, lo:hi], la[lo:hi]
+        img, r = base_slab(seed, args.cm)
         res = seg.predict_with_report(img)
         p = sitk.GetArrayFromImage(res.label)
         vml = float(np.prod(img.GetSpacing())) / 1000

@@ -18,9 +18,7 @@ import SimpleITK as sitk
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "experiments" / "2026-11-28-coarse-lung-end"),
                 str(ROOT / "experiments" / "2026-11-29-base-loss")]
-import family_b  # noqa: E402
-from slabs import end_slab  # noqa: E402
-from where import region_mask  # noqa: E402
+from where import base_slab, region_mask  # noqa: E402
 
 import segpipe.model as sm  # noqa: E402
 from segpipe import LungSegmenter, spatial  # noqa: E402
@@ -57,11 +55,7 @@ def main() -> None:
     rows = []
     for seed in range(args.first, args.end):
         GOT.clear()
-        image, label, _ = family_b.make_case(seed, "chest")
-        can = spatial.to_canonical(image)[0]
-        la = sitk.GetArrayFromImage(spatial.to_canonical(label)[0])
-        lo, hi = end_slab(np.nonzero(la.any(axis=(1, 2)))[0], can.GetSpacing()[2], la.shape[0], "bases", 2.5, 15)
-        img, r = can[:, :, lo:hi], la[lo:hi]
+        img, r = base_slab(seed, 2.5)
         res = seg.predict_with_report(img)
         p = sitk.GetArrayFromImage(res.label)
         vml = float(np.prod(img.GetSpacing())) / 1000

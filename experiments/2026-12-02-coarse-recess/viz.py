@@ -15,20 +15,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "experiments" / "2026-11-28-coarse-lung-end")]
-import family_b  # noqa: E402
-from slabs import end_slab  # noqa: E402
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "experiments" / "2026-11-28-coarse-lung-end"),
+                str(ROOT / "experiments" / "2026-11-29-base-loss")]
+from where import base_slab  # noqa: E402
 
-from segpipe import LungSegmenter, spatial  # noqa: E402
+from segpipe import LungSegmenter  # noqa: E402
 
 
 def main() -> None:
     seed = int(sys.argv[1])
-    image, label, _ = family_b.make_case(seed, "chest")
-    can = spatial.to_canonical(image)[0]
-    la = sitk.GetArrayFromImage(spatial.to_canonical(label)[0])
-    lo, hi = end_slab(np.nonzero(la.any(axis=(1, 2)))[0], can.GetSpacing()[2], la.shape[0], "bases", 2.5, 15)
-    img, r = can[:, :, lo:hi], la[lo:hi]
+    img, r = base_slab(seed, 2.5)
     p = sitk.GetArrayFromImage(LungSegmenter.default().predict(img))
     hu = sitk.GetArrayFromImage(img)
     zs = [z for z in range(r.shape[0]) if (r[z] == 2).any()]
