@@ -199,6 +199,12 @@ def random_crop(canonical: sitk.Image, ref_a: np.ndarray, rng: np.random.Generat
     return desc, img, r
 
 
+def crop_rng(random_seed: int, name: str) -> np.random.Generator:
+    """The generator of case ``name``'s random crops for ``--random-seed``: each case's crops
+    depend only on the seed and its name."""
+    return np.random.default_rng([random_seed, sum(map(ord, name))])
+
+
 def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None, qc_dir: Path | None = None,
                n_random: int = 0, random_seed: int = 0, reset_origin: bool = False) -> list[dict[str, Any]]:
     """All crops of one case (or ``n_random`` random ones): per crop and lung, Dice and volumes
@@ -214,7 +220,7 @@ def score_case(seg: Any, name: str, image: sitk.Image, ref: sitk.Image | None, q
     ref_a = sitk.GetArrayFromImage(ref_c)
     voxel_ml = float(np.prod(canonical.GetSpacing())) / 1000.0
     rows = []
-    rng = np.random.default_rng([random_seed, sum(map(ord, name))])
+    rng = crop_rng(random_seed, name)
     for i, crop in enumerate(CROPS if not n_random else range(n_random)):
         if n_random:
             desc, img, r = random_crop(canonical, ref_a, rng)

@@ -34,7 +34,13 @@ def main() -> None:
         seen.update(found=found.copy(), kw=kw, sides=out[0])
         return out
 
-    coarse.name_sides = spy
+    spine_x = coarse.spine_x
+
+    def spy_spine(hu, spacing, body, *args):
+        seen.update(hu=np.array(hu), body=body)  # the coarse grid's HU and body that the spine was sought in
+        return spine_x(hu, spacing, body, *args)
+
+    coarse.name_sides, coarse.spine_x = spy, spy_spine
     for path in sys.argv[1:]:
         canonical = spatial.to_canonical(sitk.ReadImage(path))[0]
         coarse.locate(canonical, seg.weights["coarse"], seg.settings)
@@ -56,11 +62,10 @@ def main() -> None:
             print(line)
         if spine is None:
             continue
-        img = spatial.resample_image(canonical, seg.settings.coarse_mm)
-        hu = sitk.GetArrayFromImage(img)
+        hu, body = seen["hu"], seen["body"]
         pixel_cm2 = seg.settings.coarse_mm[0] * seg.settings.coarse_mm[1] / 100
         for z in range(0, hu.shape[0], 3):
-            regions, _ = ndimage.label(hu[z] > SPINE_BONE_HU[0], structure=np.ones((3, 3), bool))
+            regions, _ = ndimage.label((hu[z] > SPINE_BONE_HU[0]) & body[z], structure=np.ones((3, 3), bool))
             out = []
             for k, box in enumerate(ndimage.find_objects(regions), 1):
                 part = regions[box] == k

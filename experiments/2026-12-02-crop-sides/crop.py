@@ -24,9 +24,7 @@ import matplotlib.pyplot as plt
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import fov_consistency as fc
 
-from segpipe import LungSegmenter, io, spatial
-
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
+from segpipe import LungSegmenter, spatial
 
 
 def main() -> None:
@@ -38,12 +36,10 @@ def main() -> None:
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     seg = LungSegmenter.default()
-    lidc = a.case.startswith("LIDC")
-    scan = io.read_image(SHARED / "lidc-idri-0001" / "dicom") if lidc else io.read_image(SHARED / "copdgene-10002K-64" / "ct.nii.gz")
+    _, scan, ref = next(c for c in fc.cases(0, 0) if c[0] == a.case)
     canonical = spatial.to_canonical(scan)[0]
-    ref = seg.predict(canonical) if lidc else io.read_image(SHARED / "copdgene-10002K-64" / "lungs.nii.gz")
-    ref_a = sitk.GetArrayFromImage(spatial.to_canonical(ref)[0])
-    rng = np.random.default_rng([a.seed, sum(map(ord, a.case))])  # as fov_consistency.score_case
+    ref_a = sitk.GetArrayFromImage(spatial.to_canonical(ref if ref is not None else seg.predict(canonical))[0])
+    rng = fc.crop_rng(a.seed, a.case)
     for i in range(max(a.crops) + 1):
         desc, img, r = fc.random_crop(canonical, ref_a, rng)
         if i not in a.crops:
