@@ -10,7 +10,8 @@ grid. Per lung with at least 50 mL in the crop: the share of it found on its own
 (``found``) and the share given to the other side (``other``). A lung counts as lost where less
 than a tenth of it is found on its side. The fine stage grows a partial coarse find into the
 whole lung, so ``found`` is low on emphysematous lungs even where the cascade's Dice is high;
-a lost lung here is lost in the cascade too, with rare exceptions.
+a lost lung here is lost in the cascade too, with rare exceptions. Lungs lost or with a tenth
+or more of them named the other side are listed.
 
 Usage::
 
@@ -33,6 +34,7 @@ import fov_consistency as fc  # noqa: E402
 
 MIN_ML = 50.0
 LOST_BELOW = 0.1
+OTHER_SHOWN = 0.1  # a lung with this share of it given the other side is listed
 
 
 def coarse_rows(seg: Any, name: str, image: sitk.Image, ref: sitk.Image, seed: int, n: int) -> list[dict[str, Any]]:
@@ -44,7 +46,7 @@ def coarse_rows(seg: Any, name: str, image: sitk.Image, ref: sitk.Image, seed: i
 
     canonical, _ = spatial.to_canonical(image)
     ref_a = sitk.GetArrayFromImage(spatial.to_canonical(ref)[0])
-    rng = np.random.default_rng([seed, sum(map(ord, name))])
+    rng = fc.crop_rng(seed, name)
     rows = []
     for i in range(n):
         desc, crop, ref_crop = fc.random_crop(canonical, ref_a, rng)
@@ -96,8 +98,9 @@ def main() -> int:
         print(f"seed {seed}: {s['lungs']} lungs >= {MIN_ML:g} mL, found on their side {s['found']}, on the other {s['other']}, "
               f"lost {s['lost']} ({s['lost_to_other_side']} to the other side)", flush=True)
         for r in seed_rows:
-            if r["found"] < LOST_BELOW:
-                print(f"  lost: {r['case']} {r['crop']} {r['lung']} {r['ref_ml']:g} mL (other side {r['other']})")
+            if r["found"] < LOST_BELOW or r["other"] >= OTHER_SHOWN:
+                what = "lost" if r["found"] < LOST_BELOW else "part named the other side"
+                print(f"  {what}: {r['case']} {r['crop']} {r['lung']} {r['ref_ml']:g} mL (found {r['found']}, other side {r['other']})")
         rows += seed_rows
     total = summary(rows)
     print(f"all: {total}")

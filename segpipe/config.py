@@ -176,7 +176,9 @@ class AugmentConfig:
     lung-end slabs (:func:`segpipe.train.patches.cut_lung_end`: a slab whose edge lies just past
     the lowest or highest lung slice of the patch, keeping ``fov_end_slices`` of them: the lung
     bases in the first slices of an abdominal scan, the apices in the last of a neck scan); 0
-    turns it off."""
+    turns it off. ``fov_compound``: share of the side and lung-end cuts that are also cut in the
+    plane, as a box or the scanner's circle (an abdominal scan whose first slices hold a base
+    and whose field of view also cuts the body); 0 turns it off."""
 
     probability: float = 0.3
     mirror: bool = False
@@ -197,8 +199,11 @@ class AugmentConfig:
     fov_label: str = "background"
     fov_end: float = 0.0
     fov_end_slices: tuple[int, int] = (1, 10)
+    fov_compound: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.fov_compound <= 1.0:
+            raise ConfigError(f"augment.fov_compound: expected 0..1, got {self.fov_compound}")
         if not 0.0 <= self.fov_end <= 1.0:
             raise ConfigError(f"augment.fov_end: expected 0..1, got {self.fov_end}")
         if not 1 <= self.fov_end_slices[0] <= self.fov_end_slices[1]:

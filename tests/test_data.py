@@ -647,3 +647,39 @@ def test_cut_lung_end_keeps_a_few_slices_at_an_end_of_the_lungs() -> None:
         AugmentConfig(fov_end=2.0)
     with pytest.raises(ConfigError, match="fov_end_slices"):
         AugmentConfig(fov_end_slices=(0, 3))
+
+
+def test_fov_compound_cuts_a_lung_end_slab_in_the_plane_as_well(tmp_path: Path) -> None:
+    """With ``fov_compound`` 1 every lung-end slab is also cut in the plane (a box or the
+    scanner's circle: an abdominal scan whose top holds a base and whose field of view cuts the
+    body); with 0 the slab's slices are whole. ``kinds`` restricts the cuts drawn."""
+    from segpipe.config import AugmentConfig
+    from segpipe.train.patches import IN_PLANE_CUTS, cut_field_of_view
+
+    image = np.full((40, 32, 32), 40.0, np.float32)
+    label = np.zeros(image.shape, np.uint8)
+    image[8:32, 6:26, 6:26], label[8:32, 6:26, 6:26] = -850.0, 1
+    np.save(tmp_path / "i.npy", image)
+    np.save(tmp_path / "l.npy", label)
+    vol = data.CachedVolume(tmp_path / "i.npy", tmp_path / "l.npy", image.shape, (4.0,) * 3, (0.0, 0.0, 0.0))
+    window = (-1000.0, 400.0)
+    air = normalise_hu(np.array(-1024.0), window)
+    in_plane_cut = {}
+    for compound in (0.0, 1.0):
+        augment = AugmentConfig(probability=0.0, fov_probability=1.0, fov_end=1.0, fov_end_slices=(2, 4),
+                                fov_compound=compound)
+        ds = data.PatchDataset([vol], (32, 32, 40), 20, window, fg_fraction=0.0, augment=augment, seed=2)  # the whole volume
+        cut = []
+        for i in range(len(ds)):
+            img = ds[i]["image"][0].numpy()
+            slab = ~np.isclose(img, air).all(axis=(1, 2))  # the slices the end cut keeps
+            assert 0 < slab.sum() < 40
+            cut.append(bool(np.isclose(img[slab], air).any()))  # air inside the slab's own slices
+        in_plane_cut[compound] = np.mean(cut)
+    assert in_plane_cut[0.0] == 0.0 and in_plane_cut[1.0] == 1.0
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a, _ = cut_field_of_view(image, label, rng, (0.4, 0.8), kinds=IN_PLANE_CUTS)
+        assert (a != -1024.0).any(axis=(1, 2)).all()  # never a slab: every slice keeps some of itself
+    with pytest.raises(ConfigError, match="fov_compound"):
+        AugmentConfig(fov_compound=1.5)

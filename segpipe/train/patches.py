@@ -233,6 +233,10 @@ class PatchDataset:
                     cut = cut_lung_end(img, lbl, rng, self.augment.fov_keep,  # type: ignore[attr-defined,arg-type]
                                        tuple(self.augment.fov_end_slices), fill=fill,  # type: ignore[attr-defined]
                                        edge_label=edge_label)
+                compound = getattr(self.augment, "fov_compound", 0.0)
+                if cut is not None and compound > 0 and rng.random() < compound:  # no draw when off
+                    cut = cut_field_of_view(*cut, rng, self.augment.fov_keep, fill=fill,  # type: ignore[attr-defined]
+                                            edge_label=edge_label, kinds=IN_PLANE_CUTS)
                 img, lbl = cut if cut is not None else cut_field_of_view(
                     img, lbl, rng, self.augment.fov_keep, fill=fill, edge_label=edge_label)  # type: ignore[attr-defined]
         return {
@@ -241,9 +245,13 @@ class PatchDataset:
         }
 
 
+FOV_CUTS = ("box", "slab", "circle")
+IN_PLANE_CUTS = ("box", "circle")  # the cuts a lung-end or side cut can take on as well
+
+
 def cut_field_of_view(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator,
                       keep: tuple[float, float] = (0.35, 0.9), fill: str = "air",
-                      edge_label: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                      edge_label: bool = False, kinds: tuple[str, ...] = FOV_CUTS) -> tuple[np.ndarray, np.ndarray]:
     """A ``(z, y, x)`` HU patch and its labels as a scan whose field of view cuts the body:
     outside the part kept the image is air (-1024 HU, what both stages see beyond a scan's
     edge: the fine lattice's fill, the coarse window's padding) and the label background.
@@ -255,8 +263,9 @@ def cut_field_of_view(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator
     a box or slab repeats the kept part's edge instead (what the coarse stage's sliding window
     shows beyond a scan smaller than a window); beyond a circle it is air either way. With
     ``edge_label`` (and ``fill="edge"``) the labels beyond a box or slab repeat the kept
-    part's edge labels too."""
-    kind = ("box", "slab", "circle")[int(rng.integers(3))]
+    part's edge labels too. ``kinds``: the cuts drawn from (:data:`IN_PLANE_CUTS` for a patch
+    already cut along z or x)."""
+    kind = kinds[int(rng.integers(len(kinds)))]
     shape = img.shape
     if kind != "circle":
         sl = [slice(None)] * 3
