@@ -177,8 +177,9 @@ class AugmentConfig:
     the lowest or highest lung slice of the patch, keeping ``fov_end_slices`` of them: the lung
     bases in the first slices of an abdominal scan, the apices in the last of a neck scan); 0
     turns it off. ``fov_compound``: share of the side and lung-end cuts that are also cut in the
-    plane, as a box or the scanner's circle (an abdominal scan whose first slices hold a base
-    and whose field of view also cuts the body); 0 turns it off."""
+    plane: a side cut as a box or the scanner's circle, a lung-end slab as one of these or a side
+    cut (an abdominal scan whose first slices hold a base and whose field of view also cuts the
+    body, or keeps one base and a strip of the other); 0 turns it off."""
 
     probability: float = 0.3
     mirror: bool = False

@@ -650,9 +650,10 @@ def test_cut_lung_end_keeps_a_few_slices_at_an_end_of_the_lungs() -> None:
 
 
 def test_fov_compound_cuts_a_lung_end_slab_in_the_plane_as_well(tmp_path: Path) -> None:
-    """With ``fov_compound`` 1 every lung-end slab is also cut in the plane (a box or the
-    scanner's circle: an abdominal scan whose top holds a base and whose field of view cuts the
-    body); with 0 the slab's slices are whole. ``kinds`` restricts the cuts drawn."""
+    """With ``fov_compound`` 1 every lung-end slab is also cut in the plane (a box, the
+    scanner's circle, or a side cut that keeps one base and a strip of the other: an abdominal
+    scan whose top holds a base and whose field of view cuts the body); with 0 the slab's
+    slices are whole. ``kinds`` restricts the cuts drawn."""
     from segpipe.config import AugmentConfig
     from segpipe.train.patches import IN_PLANE_CUTS, cut_field_of_view
 
@@ -677,6 +678,23 @@ def test_fov_compound_cuts_a_lung_end_slab_in_the_plane_as_well(tmp_path: Path) 
             cut.append(bool(np.isclose(img[slab], air).any()))  # air inside the slab's own slices
         in_plane_cut[compound] = np.mean(cut)
     assert in_plane_cut[0.0] == 0.0 and in_plane_cut[1.0] == 1.0
+    # two lungs side by side: a lung-end slab can keep one base whole and a strip of the other
+    label[8:32, 6:26, 6:15], label[8:32, 6:26, 17:26] = 1, 2
+    image[8:32, 6:26, 15:17] = 40.0
+    np.save(tmp_path / "i.npy", image)
+    np.save(tmp_path / "l.npy", label)
+    augment = AugmentConfig(probability=0.0, fov_probability=1.0, fov_end=1.0, fov_end_slices=(2, 4), fov_compound=1.0)
+    ds = data.PatchDataset([vol], (32, 32, 40), 30, window, fg_fraction=0.0, augment=augment, seed=3)
+    beside = 0
+    for i in range(len(ds)):
+        item = ds[i]
+        img, lbl = item["image"][0].numpy(), item["label"].numpy()
+        slab = ~np.isclose(img, air).all(axis=(1, 2))
+        kept = ~np.isclose(img[slab], air).all(axis=0)  # (y, x): what the in-plane cut keeps
+        widths = sorted(np.flatnonzero((lbl == v).any(axis=(0, 1))).size for v in (1, 2))
+        # a side cut: whole rows, some columns gone; one base whole and a strip of the other
+        beside += bool(kept.any(axis=1).all() and not kept.all(axis=0).all() and widths[1] == 9 and 0 < widths[0] < 9)
+    assert beside > 0
     rng = np.random.default_rng(0)
     for _ in range(20):
         a, _ = cut_field_of_view(image, label, rng, (0.4, 0.8), kinds=IN_PLANE_CUTS)

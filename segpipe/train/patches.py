@@ -228,15 +228,20 @@ class PatchDataset:
                 strip = tuple(getattr(self.augment, "fov_side_strip", SIDE_STRIP))
                 cut = (cut_beside_lung(img, lbl, rng, strip, fill=fill, edge_label=edge_label)  # type: ignore[arg-type]
                        if side > 0 and rng.random() < side else None)
+                kinds = IN_PLANE_CUTS  # what a side cut can take on as well
                 end = getattr(self.augment, "fov_end", 0.0)
                 if cut is None and end > 0 and rng.random() < end:  # no draw when off
                     cut = cut_lung_end(img, lbl, rng, self.augment.fov_keep,  # type: ignore[attr-defined,arg-type]
                                        tuple(self.augment.fov_end_slices), fill=fill,  # type: ignore[attr-defined]
                                        edge_label=edge_label)
+                    kinds = END_PLANE_CUTS
                 compound = getattr(self.augment, "fov_compound", 0.0)
                 if cut is not None and compound > 0 and rng.random() < compound:  # no draw when off
-                    cut = cut_field_of_view(*cut, rng, self.augment.fov_keep, fill=fill,  # type: ignore[attr-defined]
-                                            edge_label=edge_label, kinds=IN_PLANE_CUTS)
+                    kind = kinds[int(rng.integers(len(kinds)))]
+                    beside = cut_beside_lung(*cut, rng, strip, fill=fill, edge_label=edge_label) if kind == "side" else None
+                    cut = beside if beside is not None else cut_field_of_view(
+                        *cut, rng, self.augment.fov_keep, fill=fill, edge_label=edge_label,  # type: ignore[attr-defined]
+                        kinds=("box",) if kind == "side" else (kind,))
                 img, lbl = cut if cut is not None else cut_field_of_view(
                     img, lbl, rng, self.augment.fov_keep, fill=fill, edge_label=edge_label)  # type: ignore[attr-defined]
         return {
@@ -246,7 +251,8 @@ class PatchDataset:
 
 
 FOV_CUTS = ("box", "slab", "circle")
-IN_PLANE_CUTS = ("box", "circle")  # the cuts a lung-end or side cut can take on as well
+IN_PLANE_CUTS = ("box", "circle")  # the in-plane cuts a side cut can take on as well
+END_PLANE_CUTS = ("side", "box", "circle")  # those a lung-end slab can: "side" keeps one base and a strip of the other
 
 
 def cut_field_of_view(img: np.ndarray, lbl: np.ndarray, rng: np.random.Generator,
