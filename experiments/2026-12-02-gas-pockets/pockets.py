@@ -28,7 +28,7 @@ from segpipe import LungSegmenter, spatial
 AIR_HU, TISSUE_HU, SHELL_MM, MIN_ML, SIGMA_MM = -960.0, -500.0, 3.0, 0.5, 1.0
 
 
-def pockets(hu: np.ndarray, mask: np.ndarray, spacing_zyx: tuple[float, ...]) -> list[dict]:
+def pockets(hu: np.ndarray, mask: np.ndarray, ref: np.ndarray, spacing_zyx: tuple[float, ...]) -> list[dict]:
     smooth = ndimage.gaussian_filter(hu.astype(np.float32), [SIGMA_MM / s for s in spacing_zyx])
     air = smooth < AIR_HU
     ml = float(np.prod(spacing_zyx)) / 1000.0
@@ -43,12 +43,12 @@ def pockets(hu: np.ndarray, mask: np.ndarray, spacing_zyx: tuple[float, ...]) ->
         inner = labels[big] == k
         dist = ndimage.distance_transform_edt(~inner, sampling=spacing_zyx)
         shell = (dist <= SHELL_MM) & ~inner & ~air[big]
-        tissue = float((smooth[big][shell] > TISSUE_HU).mean()) if shell.any() else 1.0
         sh = smooth[big][shell]
+        tissue = float((sh > TISSUE_HU).mean()) if sh.size else 1.0
         out.append({"ml": round(float(piece.sum()) * ml, 2), "tissue_share": round(tissue, 3),
                     "pocket_hu": round(float(np.median(smooth[big][inner])), 0), "raw_p10": round(float(np.percentile(hu[big][inner], 10)), 0),
                     "shell_q": [round(float(q)) for q in np.percentile(sh, [10, 50, 90])] if sh.size else None, "label": int(np.bincount(mask[big][inner]).argmax()),
-                    "z": [box[0].start, box[0].stop]})
+                    "z": [box[0].start, box[0].stop], "ref_lung_share": round(float((ref[big][inner] > 0).mean()), 3)})
     return out
 
 
@@ -74,17 +74,7 @@ def main() -> None:
         mask = sitk.GetArrayFromImage(spatial.to_canonical(seg.predict(image))[0])
         ref = sitk.GetArrayFromImage(spatial.to_canonical(label)[0]) if label is not None else mask
         sp = tuple(reversed(can.GetSpacing()))
-        found = pockets(hu, mask, sp)
-        smooth = ndimage.gaussian_filter(hu.astype(np.float32), [SIGMA_MM / s for s in sp])
-        ml = float(np.prod(sp)) / 1000.0
-        air = (smooth < AIR_HU) & (mask > 0)
-        for p in found:
-            p["ref_lung_share"] = None
-        # the reference's share per pocket, from the same labelling
-        labels, _ = ndimage.label(air, structure=np.ones((3, 3, 3), bool))
-        sizes = np.bincount(labels.ravel())
-        for p, k in zip(found, [k for k in range(1, len(sizes)) if sizes[k] * ml >= MIN_ML]):
-            p["ref_lung_share"] = round(float((ref[labels == k] > 0).mean()), 3)
+        found = pockets(hu, mask, ref, sp)
         print(name, found, flush=True)
         rows.append({"case": name, "pockets": found})
     if a.out:
