@@ -15,7 +15,7 @@ or more of them named the other side are listed.
 
 Usage::
 
-    python benchmarks/coarse_sides.py --random-seeds 0 1 2 3 4 [--model M] [--json out.json]
+    python benchmarks/coarse_sides.py --random-seeds 0 1 2 3 4 [--model M] [--shift-x MM] [--json out.json]
 """
 
 from __future__ import annotations
@@ -37,14 +37,18 @@ LOST_BELOW = 0.1
 OTHER_SHOWN = 0.1  # a lung with this share of it given the other side is listed
 
 
-def coarse_rows(seg: Any, name: str, image: sitk.Image, ref: sitk.Image, seed: int, n: int) -> list[dict[str, Any]]:
+def coarse_rows(seg: Any, name: str, image: sitk.Image, ref: sitk.Image, seed: int, n: int,
+                shift_x_mm: float = 0.0) -> list[dict[str, Any]]:
     """The rows of ``n`` random crops (seed ``seed``) of one case: per lung of ``MIN_ML`` or
-    more, the share of it the coarse stage finds on its side and on the other."""
+    more, the share of it the coarse stage finds on its side and on the other; with
+    ``shift_x_mm`` the scan moved that far along physical x (a patient off the scanner's centre)."""
     from segpipe import spatial
     from segpipe.infer.coarse import locate
     from segpipe.infer.scan import read_scan
 
     canonical, _ = spatial.to_canonical(image)
+    if shift_x_mm:
+        canonical = fc.shifted(canonical, shift_x_mm)
     ref_a = sitk.GetArrayFromImage(spatial.to_canonical(ref)[0])
     rng = fc.crop_rng(seed, name)
     rows = []
@@ -84,6 +88,8 @@ def main() -> int:
     ap.add_argument("--random-seeds", type=int, nargs="+", default=[0], help="crop seeds (fov_consistency's --random-seed)")
     ap.add_argument("--random", type=int, default=30, help="crops per case and seed (default 30)")
     ap.add_argument("--model", help="model file (default: the bundled model)")
+    ap.add_argument("--shift-x", type=float, default=0.0, metavar="MM",
+                    help="move every scan this far along physical x: a patient off the scanner's centre")
     ap.add_argument("--json", help="write the rows and summary here")
     args = ap.parse_args()
     seg = LungSegmenter.from_file(args.model) if args.model else LungSegmenter.default()
@@ -93,7 +99,8 @@ def main() -> int:
         return 2
     rows: list[dict[str, Any]] = []
     for seed in args.random_seeds:
-        seed_rows = [row for name, image, ref in cases for row in coarse_rows(seg, name, image, ref, seed, args.random)]
+        seed_rows = [row for name, image, ref in cases
+                     for row in coarse_rows(seg, name, image, ref, seed, args.random, args.shift_x)]
         s = summary(seed_rows)
         print(f"seed {seed}: {s['lungs']} lungs >= {MIN_ML:g} mL, found on their side {s['found']}, on the other {s['other']}, "
               f"lost {s['lost']} ({s['lost_to_other_side']} to the other side)", flush=True)

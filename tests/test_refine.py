@@ -493,6 +493,37 @@ def test_a_find_the_vote_splits_that_does_not_reach_the_scanner_centre_is_one_lu
     assert np.array_equal(split_sides(lung, midline_x=20.0, left_vote=vote, view_side=0, centre_x=38.0), split)
 
 
+def test_two_finds_wholly_beyond_the_scanner_centre_are_one_lung() -> None:
+    """The top of an abdominal scan whose view cuts the body: one left base falls into two
+    crescents on the coarse grid, at either side of the view's middle, and the network's vote
+    names them after their place in the view (the one at low x right). Both lie wholly left of
+    the scanner's centre (x index 2), the nearer 9 voxels beyond it: one left lung. Within the
+    margin of the centre, across it, with the spine between them, where the vote calls both the
+    other side, without the centre, or in a view that holds the body's width, they stay two
+    lungs named by their place; a third find across the centre is then the other lung."""
+    lungs = np.zeros((12, 30, 44), bool)
+    near, far = np.zeros_like(lungs), np.zeros_like(lungs)
+    near[2:10, 8:20, 11:18] = True
+    far[2:10, 8:20, 28:38] = True
+    lungs = near | far
+    vote = far.copy()  # the vote by place in the view: the crescent at low x "right"
+    args = dict(midline_x=22.0, left_vote=vote, view_side=3, centre_margin=8)
+    two = split_sides(lungs, **args)
+    assert (two[near] == 1).all() and (two[far] == 2).all()
+    cues: list[str] = []
+    assert (split_sides(lungs, centre_x=2.0, cues=cues, **args)[lungs] == 2).all()
+    assert cues == ["the scanner's centre"]  # the report warns: check its side
+    assert np.array_equal(split_sides(lungs, centre_x=5.0, **args), two)  # the nearer only 6 voxels beyond
+    assert np.array_equal(split_sides(lungs, centre_x=24.0, **args), two)  # across the centre
+    assert np.array_equal(split_sides(lungs, centre_x=2.0, spine_x=22.0, **args), two)  # the spine between them
+    assert np.array_equal(split_sides(lungs, centre_x=2.0, **{**args, "left_vote": np.zeros_like(vote)}), two)
+    assert np.array_equal(split_sides(lungs, **{**args, "view_side": 0}, centre_x=2.0), two)
+    other = np.zeros_like(lungs)
+    other[4:8, 10:14, 0:1] = True  # a small find across the centre: the right lung
+    beside = split_sides(lungs | other, centre_x=1.5, **args)
+    assert (beside[lungs] == 2).all() and (beside[other] == 1).all()
+
+
 def test_two_finds_beside_one_flank_are_pieces_of_that_sides_lung() -> None:
     """A view of the right chest in which the coarse stage finds the right lung in two pieces
     (front and back, the larger one at higher x): by their mean x the smaller would be the

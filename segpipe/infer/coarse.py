@@ -38,7 +38,7 @@ from segpipe.refine import (
 )
 from segpipe.refine._util import FULL, component_sizes, label, on_faces
 from segpipe.refine.body import BodyParams
-from segpipe.refine.sides import AERATED_HU, FLANK_REACH_MM, WEAK_CUES, at_view_side
+from segpipe.refine.sides import AERATED_HU, CENTRE_MARGIN_MM, FLANK_REACH_MM, WEAK_CUES, at_view_side
 from segpipe.refine.spine import join_beyond_spine, part_at_spine, spine_x
 
 __all__ = ["CoarseResult", "locate", "name_sides", "confident_parts", "SIDES"]
@@ -465,7 +465,8 @@ def locate(canonical: sitk.Image, weights: dict[str, Any], s: Settings) -> tuple
                                             view_side=view_side, outside=outside,
                                             flank_reach=int(round(FLANK_REACH_MM / coarse_img.GetSpacing()[0])),
                                             aerated=aerated, min_lung=int(round(s.min_lung_ml / voxel_ml)),
-                                            centre_x=centre_x)
+                                            centre_x=centre_x,
+                                            centre_margin=int(round(CENTRE_MARGIN_MM / coarse_img.GetSpacing()[0])))
     unsure = _count_sides(sides, confident, surely_found, edge, voxel_ml, s.min_lung_ml)
     # the scan's last slice can look its body up in a coarse slice beyond the range (the network's lung likewise)
     sides, body = _on_grid(sides, zs, full_hu.shape), _on_grid(body, zs, full_hu.shape, repeat_to=near)

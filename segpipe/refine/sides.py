@@ -30,7 +30,8 @@ class SidesParams:
             network's vote nor the view's flank tells, takes the side of the scanner's centre
             (physical x = 0) on which nine tenths of it lie (:func:`centre_side`); a single
             find that the vote parts into two lungs but that lies wholly on one side of it is one
-            lung of that side (:func:`beyond_centre`). Not where the scan's coordinates cannot
+            lung of that side (:func:`beyond_centre`), and so are two finds that lie wholly on
+            one side of it, :data:`CENTRE_MARGIN_MM` beyond it (:func:`_one_side_of_centre`). Not where the scan's coordinates cannot
             place the centre (:func:`segpipe.spatial.scanner_centre_x_index`: an origin reset
             to the image's corner, or x = 0 more than 50 mm beyond the view).
         spine: in a view that cuts the body, the part of a find beyond the spine (the body's
@@ -231,7 +232,8 @@ def at_view_side(mask: np.ndarray, edge: np.ndarray | None = None) -> bool:
 def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: float | None = None,
                 left_vote: np.ndarray | None = None, view_side: int = 0, outside: np.ndarray | None = None,
                 flank_reach: int = 20, aerated: np.ndarray | None = None, min_lung: int = 781,
-                centre_x: float | None = None, spine_x: float | None = None, cues: list[str] | None = None) -> np.ndarray:
+                centre_x: float | None = None, spine_x: float | None = None, cues: list[str] | None = None,
+                centre_margin: int = 8) -> np.ndarray:
     """Label the coarse stage's finds by side from geometry: 1 right, 2 left, 0 dropped.
 
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
@@ -242,7 +244,8 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
        midline from the largest or that the network's vote puts on the other side
        (:func:`_opposite`: a collapsed lung, or a lung that the view's edge cuts).
     2. Two finds on one side by the midline and the vote, or beside which the same flank shows,
-       are pieces of one lung (:func:`_pieces_of_one_lung`).
+       are pieces of one lung (:func:`_pieces_of_one_lung`); so are two finds that lie wholly on
+       one side of the scanner's centre in a view that cuts the body (:func:`_one_side_of_centre`).
     3. One find is split at its thinnest column (:func:`segpipe.refine.columns.split_single`, near
        ``spine_x`` in a view that cuts the body, or where no spine shows, near the column at which
        the vote parts it: :func:`segpipe.refine.columns.vote_column`), unless
@@ -255,8 +258,9 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
     (:func:`segpipe.refine.body_cut_side`: 1, 2, or 3 for both); ``outside`` the air beyond the
     skin and ``flank_reach`` how far beside a lung it shows its flank (:func:`flank_side`);
     ``aerated`` lung density and ``min_lung`` a lung's least voxels (default: 50 mL at 4 mm), for
-    :func:`joined_lungs`; ``centre_x`` the scanner's centre (x index, :func:`centre_side`);
-    ``cues`` (a list, optional) receives what sided a lone lung.
+    :func:`joined_lungs`; ``centre_x`` the scanner's centre (x index, :func:`centre_side`) and
+    ``centre_margin`` (voxels) how far beyond it two finds lie to be one lung;
+    ``cues`` (a list, optional) receives what sided a lone lung (or two finds as one).
     """
     labels, n = label(lungs)
     if n == 0:
@@ -272,6 +276,10 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
         big = order[:2]  # a small lung (collapsed, or cut by the scan's end or side) beside a whole one
     if len(big) >= 2:
         one = _pieces_of_one_lung(labels, order, big[0], big[1], midline_x, left_vote, outside, flank_reach)
+        if one is None and view_side:
+            one = _one_side_of_centre(labels, order, big[0], big[1], centre_x, spine_x, left_vote, centre_margin)
+            if one is not None and cues is not None:
+                cues.append("the scanner's centre")
         if one is not None:
             return one
         return _two_lungs(labels, big[0], big[1], left_vote, aerated, min_lung, beside)
@@ -325,6 +333,36 @@ def _pieces_of_one_lung(labels: np.ndarray, order: list[int], a: int, b: int, mi
         if side:  # two lungs never both have the chest wall of one side beside them
             return np.where((labels == a) | (labels == b), np.uint8(side), np.uint8(0))
     return None
+
+
+CENTRE_MARGIN_MM = 30.0  # a lung's medial edge lies 20-40 mm from the body's midline: finds this far beyond the centre are one side's
+
+
+def _one_side_of_centre(labels: np.ndarray, order: list[int], a: int, b: int, centre_x: float | None,
+                        spine_x: float | None, left_vote: np.ndarray | None, margin: int) -> np.ndarray | None:
+    """Finds ``a`` and ``b`` of ``labels`` (``order``: every find, largest first) as pieces of one
+    lung in a view that cuts the body, or None where they are not. They are where both lie wholly
+    on one side of the scanner's centre ``centre_x`` (x index; physical x = 0), the nearer of
+    them ``margin`` voxels or more beyond it, no spine (``spine_x``) between them or on the
+    other side of them than the centre, and the network's vote does not call both the other
+    side (:data:`CLEAR_VOTE`): a base cut into two crescents at the top of an abdominal scan,
+    which the vote names two sides after the place each holds in the view. The other lung is
+    then the largest remaining find wholly beyond the centre on the other side."""
+    if centre_x is None:
+        return None
+    pair = (labels == a) | (labels == b)
+    side = beyond_centre(pair, centre_x)
+    if not side or beyond_centre(pair, centre_x + (margin if side == 2 else -margin)) != side:
+        return None
+    if spine_x is not None and beyond_centre(pair, spine_x) != side:
+        return None
+    if left_vote is not None and _vote_side(labels == a, left_vote) == _vote_side(labels == b, left_vote) == 3 - side:
+        return None
+    out = np.where(pair, np.uint8(side), np.uint8(0))
+    other = next((i for i in order if i not in (a, b) and beyond_centre(labels == i, centre_x) == 3 - side), None)
+    if other is not None:
+        out[labels == other] = 3 - side
+    return out
 
 
 def _two_lungs(labels: np.ndarray, a: int, b: int, left_vote: np.ndarray | None, aerated: np.ndarray | None,
