@@ -910,6 +910,9 @@ def test_track_airways_near_the_spine_in_a_view_that_cuts_the_body(seed: int) ->
     tracked = track_airways(air, coarse.GetSpacing(), centre_x=spine, reach_x=TRACHEA_FROM_SPINE_MM / 4.0)
     assert tracked.sum() > 250 and np.array_equal(tracked, whole[:, :, x0:])
     assert not (tracked & lung[:, :, x0:]).any()
+    # the rule's own search (also not level with the vertebrae in the spine's column) finds the same trachea
+    grown = coarse_airways(hu[:, :, x0:], cut_body, coarse.GetSpacing(), spine_x=spine)
+    assert (grown & tracked).sum() == tracked.sum() and not (grown & lung[:, :, x0:] & ~tracked).sum() > 0.05 * grown.sum()
 
 
 def test_trachea_seed_ignores_specks_and_needs_a_tube() -> None:
@@ -944,6 +947,35 @@ def test_trachea_seed_ignores_specks_and_needs_a_tube() -> None:
     at_edge[10:, 29:32, :3] = False
     at_edge[10:, 29:32, 1:4] = True  # the same tube whole, one column in
     assert trachea_seed(at_edge, (4.0, 4.0, 4.0), centre_x=1.0, reach_x=6.0) is not None
+    vertebra = np.zeros_like(air)
+    vertebra[:, 27:36, 5:8] = True  # bone in the spine's column at the tube's rows: a lung's apex beside the spine
+    assert trachea_seed(at_edge, (4.0, 4.0, 4.0), centre_x=1.0, reach_x=6.0, vertebra=vertebra) is None
+    vertebra[:] = False
+    vertebra[:, 34:44, 5:8] = True  # the vertebra behind the tube: the trachea in front of the spine
+    assert trachea_seed(at_edge, (4.0, 4.0, 4.0), centre_x=1.0, reach_x=6.0, vertebra=vertebra) is not None
+
+
+def test_near_the_spine_the_trachea_is_not_level_with_a_vertebra() -> None:
+    """In a view that cuts the body the trachea is sought near the spine's column: an air tube
+    beside a vertebra, level with it (a lung's apex beside the spine), is not the trachea; one
+    inside a calcified ring (the cricoid, tracheal cartilage: bone-dense but thin) still is,
+    unless the ring's bone is as large as a vertebra's section."""
+    nz, ny, nx = 30, 60, 60
+    hu = np.full((nz, ny, nx), 40.0)
+    body = np.ones(hu.shape, bool)
+    apex = hu.copy()
+    apex[:, 26:37, 22:31] = 400.0  # a vertebra in the spine's column (x 28), 14 cm^2
+    apex[8:, 28:32, 33:36] = -1000.0  # an air tube beside it, level with it
+    assert not coarse_airways(apex, body, (4.0, 4.0, 4.0), spine_x=28.0).any()
+    assert coarse_airways(apex, body, (4.0, 4.0, 4.0)).any()  # sought at the view's middle (x 30) it is taken
+    ring = hu.copy()
+    ring[8:, 27:32, 27:31] = 400.0  # a calcified ring in the spine's column, 2.2 cm^2 of bone ...
+    ring[8:, 28:31, 28:30] = -1000.0  # ... around the lumen
+    ring[:, 45:56, 22:35] = 400.0  # the vertebra behind it
+    found = coarse_airways(ring, body, (4.0, 4.0, 4.0), spine_x=28.0)
+    assert found[8:, 28:31, 28:30].all()
+    ring[8:, 27:32, 26] = 400.0  # a thicker ring, 3.0 cm^2: bone as large as a small vertebra
+    assert not coarse_airways(ring, body, (4.0, 4.0, 4.0), spine_x=28.0).any()
 
 
 def test_track_airways_stops_at_fragmented_dark_parenchyma() -> None:

@@ -34,15 +34,20 @@ class AirwaysParams:
 SPECK_CM2 = 0.3  # air regions smaller than this (a few coarse voxels) are specks of noise, not air spaces
 TRACHEA_FROM_SPINE_MM = 25.0  # the trachea's centre lies this close to the spine's in left-right (a view that cuts the body)
 TUBE_SLICES = 3  # the trachea's seed goes on below, as tracking follows it, through this many slices
+VERTEBRA_HALF_MM = 8.0  # the spine's column, either side of its centre: the vertebral body, narrower than the trachea is wide
+VERTEBRA_HU = 200.0  # bone there on the coarse grid ...
+VERTEBRA_CM2 = 3.0  # ... in a region of this size or more per slice
 
 
 def _trachea_like(air: np.ndarray, spacing_xyz: tuple[float, float, float],
-                  centre_x: float | None = None, reach_x: float | None = None) -> tuple[list[np.ndarray], int]:
+                  centre_x: float | None = None, reach_x: float | None = None,
+                  vertebra: np.ndarray | None = None) -> tuple[list[np.ndarray], int]:
     """The air regions of one slice that could be the trachea (0.7 - 8 cm^2, within ``reach_x``
     columns of ``centre_x``: by default 15 % of the slice's width of its left-right middle;
     round: neither extent over 2.5 times the other; whole: not on the slice's border, where
-    the view cuts it and its shape is unknown), and how many air regions of :data:`SPECK_CM2`
-    or more the slice holds."""
+    the view cuts it and its shape is unknown; where ``vertebra`` (the slice's bone in the
+    spine's column) is given, not level with it: the trachea lies in front of the spine, a
+    lung's apex beside it), and how many air regions of :data:`SPECK_CM2` or more the slice holds."""
     pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
     nx = air.shape[1]
     centre_x = nx / 2 if centre_x is None else centre_x
@@ -54,7 +59,7 @@ def _trachea_like(air: np.ndarray, spacing_xyz: tuple[float, float, float],
         region = labels == i
         ys, xs = np.nonzero(region)
         on_border = xs.min() == 0 or ys.min() == 0 or xs.max() == nx - 1 or ys.max() == air.shape[0] - 1
-        if on_border or abs(xs.mean() - centre_x) > reach_x:
+        if on_border or abs(xs.mean() - centre_x) > reach_x or (vertebra is not None and vertebra[ys.min():ys.max() + 1].any()):
             continue
         extent = (np.ptp(xs) + 1) * spacing_xyz[0], (np.ptp(ys) + 1) * spacing_xyz[1]
         if max(extent) <= 2.5 * min(extent):
@@ -63,10 +68,12 @@ def _trachea_like(air: np.ndarray, spacing_xyz: tuple[float, float, float],
 
 
 def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float], *,
-                 centre_x: float | None = None, reach_x: float | None = None) -> tuple[int, np.ndarray] | None:
+                 centre_x: float | None = None, reach_x: float | None = None,
+                 vertebra: np.ndarray | None = None) -> tuple[int, np.ndarray] | None:
     """The trachea's highest slice: the highest slice holding a small, round air region near
     the left-right middle of the body's air (area 0.7 - 8 cm^2; near ``centre_x`` within
-    ``reach_x`` columns where they are given, see :func:`_trachea_like`) with at most one other air
+    ``reach_x`` columns where they are given, and not level with ``vertebra``, the bone in the
+    spine's column, see :func:`_trachea_like`) with at most one other air
     region beside it (the esophagus; above the lung apices), that goes on below through
     :data:`TUBE_SLICES` slices as one or two air regions (the main bronchi below the carina) of
     8 cm^2 at most together (a tube, as :func:`track_airways` follows it). Specks of air under
@@ -75,7 +82,7 @@ def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]
     nz = candidates.shape[0]
     pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
     for z in range(nz - 1, TUBE_SLICES - 2, -1):  # LPS: high z is superior
-        regions, count = _trachea_like(candidates[z], spacing_xyz, centre_x, reach_x)
+        regions, count = _trachea_like(candidates[z], spacing_xyz, centre_x, reach_x, None if vertebra is None else vertebra[z])
         if count > 2:
             continue
         for region in regions:
@@ -92,7 +99,7 @@ def trachea_seed(candidates: np.ndarray, spacing_xyz: tuple[float, float, float]
 
 
 def track_airways(air: np.ndarray, spacing_xyz: tuple[float, float, float], *, max_area_cm2: float = 8.0,
-                  centre_x: float | None = None, reach_x: float | None = None) -> np.ndarray:
+                  centre_x: float | None = None, reach_x: float | None = None, vertebra: np.ndarray | None = None) -> np.ndarray:
     """Trachea and main bronchi in a canonical ``(z, y, x)`` mask of air inside the body,
     followed slice by slice from :func:`trachea_seed` downward: a slice keeps the air regions
     that overlap the previous slice's airway (one pixel of slack). Tracking stops, keeping
@@ -100,10 +107,10 @@ def track_airways(air: np.ndarray, spacing_xyz: tuple[float, float, float], *, m
     more than two regions, together larger than ``max_area_cm2``, or more than twice the
     previous slice's area (plus 1 cm^2). That is where the airway meets the lung's own air
     (the hilum) or dark, fragmented parenchyma, so no lung is taken. Empty when no trachea is
-    found (a scan of the lung bases or the abdomen). ``centre_x``, ``reach_x``: where the
+    found (a scan of the lung bases or the abdomen). ``centre_x``, ``reach_x``, ``vertebra``: where the
     trachea may lie (:func:`trachea_seed`)."""
     out = np.zeros(air.shape, bool)
-    seed = trachea_seed(air, spacing_xyz, centre_x=centre_x, reach_x=reach_x)
+    seed = trachea_seed(air, spacing_xyz, centre_x=centre_x, reach_x=reach_x, vertebra=vertebra)
     if seed is None:
         return out
     z0, region = seed
@@ -126,16 +133,35 @@ def track_airways(air: np.ndarray, spacing_xyz: tuple[float, float, float], *, m
     return out
 
 
+def _large_bone(bone: np.ndarray, spacing_xyz: tuple[float, float, float]) -> np.ndarray:
+    """Per axial slice, the regions of ``bone`` of :data:`VERTEBRA_CM2` or more: a vertebra, not
+    the calcified rings of the larynx and trachea around the airway."""
+    pixel_cm2 = spacing_xyz[0] * spacing_xyz[1] / 100.0
+    out = np.zeros(bone.shape, bool)
+    for z in np.flatnonzero(bone.any(axis=(1, 2))):
+        labels, n = ndimage.label(bone[z], structure=np.ones((3, 3), bool))
+        areas = np.bincount(labels.ravel(), minlength=n + 1) * pixel_cm2
+        areas[0] = 0.0
+        out[z] = areas[labels] >= VERTEBRA_CM2
+    return out
+
+
 def coarse_airways(hu_zyx: np.ndarray, body: np.ndarray, spacing_xyz: tuple[float, float, float],
                    p: AirwaysParams = AirwaysParams(), *, spine_x: float | None = None) -> np.ndarray:
     """The trachea and main bronchi on the coarse grid: tracked through the lumen inside the
     body (:func:`track_airways`) and grown by one voxel in-plane for the walls' partial
     volume. Empty when the rule is off. ``spine_x``: the spine's column where the view cuts the
     body at a side (the view's middle is then not the body's): the trachea, which lies in
-    front of the spine, is sought within :data:`TRACHEA_FROM_SPINE_MM` of its column."""
+    front of the spine, is sought within :data:`TRACHEA_FROM_SPINE_MM` of its column, and not
+    level with the bone in its column (:data:`VERTEBRA_HALF_MM` either side, regions of
+    :data:`VERTEBRA_CM2` or more: a vertebra; the apex of a lung beside the spine is level with it)."""
     if not p.enabled:
         return np.zeros(body.shape, bool)
-    near_spine = {} if spine_x is None else {"centre_x": spine_x, "reach_x": TRACHEA_FROM_SPINE_MM / spacing_xyz[0]}
+    near_spine = {}
+    if spine_x is not None:
+        column = np.abs(np.arange(hu_zyx.shape[2]) - spine_x) * spacing_xyz[0] <= VERTEBRA_HALF_MM
+        vertebra = _large_bone(np.asarray(hu_zyx) > VERTEBRA_HU, spacing_xyz) & body & column
+        near_spine = {"centre_x": spine_x, "reach_x": TRACHEA_FROM_SPINE_MM / spacing_xyz[0], "vertebra": vertebra}
     tracked = track_airways((hu_zyx < p.lumen_hu) & body, spacing_xyz, max_area_cm2=p.max_area_cm2, **near_spine)
     in_plane = ndimage.generate_binary_structure(3, 1) & np.array([0, 1, 0], bool)[:, None, None]
     return ndimage.binary_dilation(tracked, structure=in_plane)
