@@ -498,7 +498,7 @@ def test_two_finds_wholly_beyond_the_scanner_centre_are_one_lung() -> None:
     crescents on the coarse grid, at either side of the view's middle, and the network's vote
     names them after their place in the view (the one at low x right). Both lie wholly left of
     the scanner's centre (x index 2), the nearer 9 voxels beyond it: one left lung. Within the
-    margin of the centre, across it, with the spine between them, where the vote calls both the
+    margin of the centre (unless the vote calls both left), across it, with the spine between them, where the vote calls both the
     other side, without the centre, or in a view that holds the body's width, they stay two
     lungs named by their place; a third find across the centre is then the other lung."""
     lungs = np.zeros((12, 30, 44), bool)
@@ -514,6 +514,9 @@ def test_two_finds_wholly_beyond_the_scanner_centre_are_one_lung() -> None:
     assert (split_sides(lungs, centre_x=2.0, cues=cues, **args)[lungs] == 2).all()
     assert cues == ["the scanner's centre"]  # the report warns: check its side
     assert np.array_equal(split_sides(lungs, centre_x=5.0, **args), two)  # the nearer only 6 voxels beyond
+    both_left = {**args, "left_vote": lungs.copy()}  # ... unless the vote calls both left too (a window's two finds)
+    assert (split_sides(lungs, centre_x=5.0, **both_left)[lungs] == 2).all()
+    assert np.array_equal(split_sides(lungs, centre_x=24.0, **both_left), two)  # not across the centre
     assert np.array_equal(split_sides(lungs, centre_x=24.0, **args), two)  # across the centre
     assert np.array_equal(split_sides(lungs, centre_x=2.0, spine_x=22.0, **args), two)  # the spine between them
     assert np.array_equal(split_sides(lungs, centre_x=2.0, **{**args, "left_vote": np.zeros_like(vote)}), two)

@@ -343,15 +343,19 @@ def _one_side_of_centre(labels: np.ndarray, order: list[int], a: int, b: int, ce
     """Finds ``a`` and ``b`` of ``labels`` (``order``: every find, largest first) as pieces of one
     lung in a view that cuts the body, or None where they are not. They are where both lie wholly
     on one side of the scanner's centre ``centre_x`` (x index; physical x = 0), the nearer of
-    them ``margin`` voxels or more beyond it, no spine (``spine_x``) between them or on the
-    other side of them than the centre, and the network's vote does not call both the other
-    side (:data:`CLEAR_VOTE`): a base cut into two crescents at the top of an abdominal scan,
-    which the vote names two sides after the place each holds in the view. The other lung is
-    then the largest remaining find wholly beyond the centre on the other side."""
+    them ``margin`` voxels or more beyond it (or at any distance where the network's vote calls
+    both that side, :data:`CLEAR_VOTE`), no spine (``spine_x``) between them or on the other
+    side of them than the centre, and the vote does not call both the other side: a base cut
+    into two crescents at the top of an abdominal scan, which the vote names two sides after
+    the place each holds in the view; a lung that a narrow window shows as two finds, named two
+    sides by their place across the view's middle. The other lung is then the largest
+    remaining find wholly beyond the centre on the other side."""
     if centre_x is None:
         return None
     pair = (labels == a) | (labels == b)
     side = beyond_centre(pair, centre_x)
+    if left_vote is not None and _vote_side(labels == a, left_vote) == _vote_side(labels == b, left_vote) == side:
+        margin = 0  # the vote calls both that side too: two cues against their place in the view
     if not side or beyond_centre(pair, centre_x + (margin if side == 2 else -margin)) != side:
         return None
     if spine_x is not None and beyond_centre(pair, spine_x) != side:
