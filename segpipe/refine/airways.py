@@ -8,6 +8,7 @@ abdomen) has none.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import ndimage
@@ -34,7 +35,7 @@ class AirwaysParams:
 SPECK_CM2 = 0.3  # air regions smaller than this (a few coarse voxels) are specks of noise, not air spaces
 TRACHEA_FROM_SPINE_MM = 25.0  # the trachea's centre lies this close to the spine's in left-right (a view that cuts the body)
 TUBE_SLICES = 3  # the trachea's seed goes on below, as tracking follows it, through this many slices
-VERTEBRA_HALF_MM = 8.0  # the spine's column, either side of its centre: the vertebral body, narrower than the trachea is wide
+VERTEBRA_HALF_MM = 8.0  # the spine's column, either side of its centre: narrower than the trachea, whose rows there hold its lumen
 VERTEBRA_HU = 200.0  # bone there on the coarse grid ...
 VERTEBRA_CM2 = 3.0  # ... in a region of this size or more per slice
 
@@ -157,7 +158,7 @@ def coarse_airways(hu_zyx: np.ndarray, body: np.ndarray, spacing_xyz: tuple[floa
     :data:`VERTEBRA_CM2` or more: a vertebra; the apex of a lung beside the spine is level with it)."""
     if not p.enabled:
         return np.zeros(body.shape, bool)
-    near_spine = {}
+    near_spine: dict[str, Any] = {}
     if spine_x is not None:
         column = np.abs(np.arange(hu_zyx.shape[2]) - spine_x) * spacing_xyz[0] <= VERTEBRA_HALF_MM
         vertebra = _large_bone(np.asarray(hu_zyx) > VERTEBRA_HU, spacing_xyz) & body & column
