@@ -31,9 +31,10 @@ class SidesParams:
             (physical x = 0) on which nine tenths of it lie (:func:`centre_side`); a single
             find that the vote parts into two lungs but that lies wholly on one side of it is one
             lung of that side (:func:`beyond_centre`), and so are two finds that lie wholly on
-            one side of it, :data:`CENTRE_MARGIN_MM` beyond it (:func:`_one_side_of_centre`). Not where the scan's coordinates cannot
-            place the centre (:func:`segpipe.spatial.scanner_centre_x_index`: an origin reset
-            to the image's corner, or x = 0 more than 50 mm beyond the view).
+            one side of it, :data:`CENTRE_MARGIN_MM` beyond it or both voted that side
+            (:func:`_one_side_of_centre`). Not where the scan's coordinates cannot place the
+            centre (:func:`segpipe.spatial.scanner_centre_x_index`: an origin reset to the
+            image's corner, or x = 0 more than 50 mm beyond the view).
         spine: in a view that cuts the body, the part of a find beyond the spine (the body's
             midline, :func:`segpipe.refine.spine.spine_x`) goes to that side where the network's
             vote agrees or where it (or the part beyond a neck past the spine's line) meets the
@@ -233,7 +234,7 @@ def split_sides(lungs: np.ndarray, *, min_fraction: float = 0.15, midline_x: flo
                 left_vote: np.ndarray | None = None, view_side: int = 0, outside: np.ndarray | None = None,
                 flank_reach: int = 20, aerated: np.ndarray | None = None, min_lung: int = 781,
                 centre_x: float | None = None, spine_x: float | None = None, cues: list[str] | None = None,
-                centre_margin: int = 8) -> np.ndarray:
+                centre_margin: int = 8) -> np.ndarray:  # CENTRE_MARGIN_MM at 4 mm
     """Label the coarse stage's finds by side from geometry: 1 right, 2 left, 0 dropped.
 
     ``lungs`` is a boolean ``(z, y, x)`` array in canonical LPS orientation (x grows toward the
@@ -350,18 +351,15 @@ def _one_side_of_centre(labels: np.ndarray, order: list[int], a: int, b: int, ce
     the place each holds in the view; a lung that a narrow window shows as two finds, named two
     sides by their place across the view's middle. The other lung is then the largest
     remaining find wholly beyond the centre on the other side."""
-    if centre_x is None:
-        return None
     pair = (labels == a) | (labels == b)
     side = beyond_centre(pair, centre_x)
-    if left_vote is not None and _vote_side(labels == a, left_vote) == _vote_side(labels == b, left_vote) == side:
-        margin = 0  # the vote calls both that side too: two cues against their place in the view
-    if not side or beyond_centre(pair, centre_x + (margin if side == 2 else -margin)) != side:
+    if not side or (spine_x is not None and beyond_centre(pair, spine_x) != side):
         return None
-    if spine_x is not None and beyond_centre(pair, spine_x) != side:
+    votes = {0} if left_vote is None else {_vote_side(labels == a, left_vote), _vote_side(labels == b, left_vote)}
+    if votes == {3 - side}:
         return None
-    if left_vote is not None and _vote_side(labels == a, left_vote) == _vote_side(labels == b, left_vote) == 3 - side:
-        return None
+    if votes != {side} and beyond_centre(pair, centre_x + (margin if side == 2 else -margin)) != side:
+        return None  # within the margin, where the vote does not call both that side too
     out = np.where(pair, np.uint8(side), np.uint8(0))
     other = next((i for i in order if i not in (a, b) and beyond_centre(labels == i, centre_x) == 3 - side), None)
     if other is not None:
