@@ -955,9 +955,12 @@ def test_lung_on_a_face_counts_only_for_the_lungs_not_for_small_islands() -> Non
     front = lung.copy()
     front[6:14, 5:16, 14:26] = True  # a part of the lung on the y- face: 8 x 12 voxels, 384 mm2
     assert on_faces(front, grid, box, faces) == ("y-", "z-")
-    thin = lung.copy()
-    thin[6:14, 5:16, 14:20] = True  # 8 x 6 voxels, 192 mm2: under the area
-    assert on_faces(thin, grid, box, faces) == ("z-",)
+    crescent = lung.copy()
+    crescent[6:14, 5:16, 14:20] = True  # 8 x 6 voxels, 192 mm2: a thin base's crescent goes on past the face
+    assert on_faces(crescent, grid, box, faces) == ("y-", "z-")
+    graze = lung.copy()
+    graze[6:14, 5:16, 14:17] = True  # 8 x 3 voxels, 96 mm2: under the area
+    assert on_faces(graze, grid, box, faces) == ("z-",)
     island = np.zeros_like(lung)
     island[6:15, 17:25, 29:31] = True  # on the x+ face, 9 x 8 voxels (288 mm2), apart from the lung
     assert on_faces(lung | island, grid, box, faces) == ("z-",)  # under a fifth of the lung

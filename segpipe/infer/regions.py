@@ -23,7 +23,7 @@ __all__ = ["Region", "plan_regions", "grown", "growable_faces", "lung_on_faces",
 
 FACES = ("x-", "x+", "y-", "y+", "z-", "z+")
 FIT_TRIM_MM = 3.0  # a fine region gives up at most this much margin per side to save windows
-GROW_MIN_MM2 = 200.0  # lung on a fine region's face over this area: the lung goes on past it
+GROW_MIN_MM2 = 100.0  # lung on a fine region's face over this area: the lung goes on past it
 GROW_ROUNDS = 3  # a fine region grows at most this many times (one window row per face each time)
 MEDIAL_FACE = {"right": "x+", "left": "x-"}  # a one-lung region's medial face (canonical LPS: x grows to the patient's left)
 GROW_SUPPORT_SHARE = 0.05  # lung on a face grows a region only with this share of it in the coarse stage's lungs
