@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
-from segpipe.refine._util import CROSS2, map_parallel
+from segpipe.refine._util import CROSS2, component_sizes, map_parallel
 from segpipe.refine.base import RuleReport, ScanContext
 
 __all__ = ["AirwaysParams", "trachea_seed", "track_airways", "coarse_airways", "rule"]
@@ -141,7 +141,7 @@ def _large_bone(bone: np.ndarray, spacing_xyz: tuple[float, float, float]) -> np
     out = np.zeros(bone.shape, bool)
     for z in np.flatnonzero(bone.any(axis=(1, 2))):
         labels, n = ndimage.label(bone[z], structure=np.ones((3, 3), bool))
-        areas = np.bincount(labels.ravel(), minlength=n + 1) * pixel_cm2
+        areas = component_sizes(labels, n) * pixel_cm2
         areas[0] = 0.0
         out[z] = areas[labels] >= VERTEBRA_CM2
     return out
