@@ -191,6 +191,7 @@ class AugmentConfig:
     noise_hu: float = 25.0
     blur_sigma_mm: float = 1.0
     lung_shift_hu: tuple[float, float] = (-70.0, 30.0)
+    lung_density_hu: tuple[float, float] = (0.0, 0.0)
     lowres_zoom: tuple[float, float] = (1.0, 1.0)
     fov_probability: float = 0.0
     fov_keep: tuple[float, float] = (0.35, 0.9)
@@ -229,6 +230,8 @@ class AugmentConfig:
             raise ConfigError(f"augment.scale: expected 0 < low <= high, got {list(self.scale)}")
         if self.lung_shift_hu[0] > self.lung_shift_hu[1]:
             raise ConfigError(f"augment.lung_shift_hu: expected low <= high, got {list(self.lung_shift_hu)}")
+        if self.lung_density_hu[0] > self.lung_density_hu[1]:
+            raise ConfigError(f"augment.lung_density_hu: expected low <= high, got {list(self.lung_density_hu)}")
         if not 0 < self.lowres_zoom[0] <= self.lowres_zoom[1] <= 1:
             raise ConfigError(f"augment.lowres_zoom: expected 0 < low <= high <= 1, got {list(self.lowres_zoom)}")
         for name in ("rotate_deg", "intensity_shift_hu", "intensity_scale", "noise_hu", "blur_sigma_mm"):

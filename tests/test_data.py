@@ -346,6 +346,36 @@ def test_lung_shift_augmentation_moves_only_lung_voxels() -> None:
     assert np.array_equal(out[:, :, 4:], img[:, :, 4:]) and np.array_equal(out_lbl, lbl)
 
 
+def test_denser_lungs_move_with_their_partial_volume_and_spare_tissue() -> None:
+    from segpipe.config import AugmentConfig
+    from segpipe.errors import ConfigError
+    from segpipe.train.patches import denser_lungs
+
+    img = np.full((12, 12, 12), 40.0, np.float32)
+    img[:, :, :6] = -850.0
+    img[:, :, 6] = -405.0  # the edge voxel: half lung, half tissue
+    img[:, 3, 2] = 40.0  # a vessel inside the lung
+    img[:, :, 11] = -1000.0  # air beyond the chest wall, far from the lung
+    lbl = np.zeros(img.shape, np.uint8)
+    lbl[:, :, :6] = 1
+    out = denser_lungs(img, lbl, 300.0)
+    assert np.allclose(out[:, 5, :6][:, [0, 1, 3, 4, 5]], -550.0)  # aerated lung moves by the whole shift
+    assert np.allclose(out[:, 5, 6], -405.0 + 150.0)  # the edge by its lung share
+    assert np.allclose(out[:, 3, 2], 40.0) and np.allclose(out[:, :, 7:11], 40.0)  # vessel and wall stay
+    assert np.allclose(out[:, :, 11], -1000.0)  # air more than two voxels from the lung stays
+    assert np.array_equal(denser_lungs(img, np.zeros_like(lbl), 300.0), img)
+    off = dict(rotate_deg=0, scale=(1.0, 1.0), intensity_shift_hu=0, intensity_scale=0, noise_hu=0, blur_sigma_mm=0,
+               lung_shift_hu=(0.0, 0.0))
+    aug, aug_lbl = data.augment_patch(img, lbl, AugmentConfig(probability=1.0, lung_density_hu=(100.0, 400.0), **off),
+                                      np.random.default_rng(0))
+    shift = float(aug[0, 5, 0] - img[0, 5, 0])
+    assert 100.0 <= shift <= 400.0 and np.array_equal(aug_lbl, lbl)
+    same, _ = data.augment_patch(img, lbl, AugmentConfig(probability=1.0, **off), np.random.default_rng(0))
+    assert np.array_equal(same, img)  # (0, 0): off
+    with pytest.raises(ConfigError, match="lung_density_hu"):
+        AugmentConfig(lung_density_hu=(300.0, 0.0))
+
+
 def test_low_resolution_augmentation_blurs_edges_and_keeps_labels() -> None:
     from segpipe.config import AugmentConfig
     from segpipe.errors import ConfigError

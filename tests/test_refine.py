@@ -1148,6 +1148,26 @@ def test_snap_edges_moves_a_shifted_edge_onto_the_scan(spacing: float, shift: in
     assert np.array_equal(snap_edges(lung, hu, (spacing, spacing), p=EdgeSnapParams(hu=(-2000.0, -1500.0))), lung)
 
 
+@pytest.mark.parametrize("shift", [-1, 1])
+def test_snap_edges_follows_a_denser_lung_to_its_half_way_edge(shift: int) -> None:
+    """An expiratory lung (-600 HU): its edge's half-lung voxels lie near -280 HU, above the
+    fixed -450 of a -850 HU lung; the edge still lands on the true one. A -850 HU lung's edge
+    moves as without the density's follow."""
+    spacing = 0.7
+    truth, hu = _chest_slice(spacing, lung_hu=-600.0)
+    lung = ndimage.binary_dilation(truth, iterations=2) if shift > 0 else ndimage.binary_erosion(truth, iterations=2)
+    before = int((lung ^ truth).sum())
+    follow = int((snap_edges(lung, hu, (spacing, spacing)) ^ truth).sum())
+    fixed = int((snap_edges(lung, hu, (spacing, spacing), p=EdgeSnapParams(follow_lung=False)) ^ truth).sum())
+    assert follow < 0.25 * before and follow <= fixed
+    if shift < 0:  # the fixed end stops at the -450 HU ring, inside the true edge
+        assert follow < 0.5 * fixed
+    truth, hu = _chest_slice(spacing)
+    lung = ndimage.binary_erosion(truth, iterations=2)
+    assert np.array_equal(snap_edges(lung, hu, (spacing, spacing)),
+                          snap_edges(lung, hu, (spacing, spacing), p=EdgeSnapParams(follow_lung=False)))
+
+
 def test_snap_edges_leaves_dense_lung_and_pneumothorax_alone() -> None:
     spacing = 0.8
     # consolidation: the lung's outer part is dense (+35 HU) against the chest wall (+40 HU)

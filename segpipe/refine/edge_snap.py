@@ -35,6 +35,12 @@ class EdgeSnapParams:
             meets tissue the edge's partial-volume voxels are brighter than the lung; where
             it meets free air (a pneumothorax around a collapsed lobe) they are darker, and
             that air is not lung.
+        follow_lung: the upper end of ``hu`` rises by half of what the slice's lung (the median
+            of its smoothed voxels below :data:`AERATED_MAX_HU`, inside the edge, where they
+            cover :data:`FOLLOW_MIN_MM2` or more: not the partial volume of a lung's tip) lies
+            above :data:`LUNG_HU`: the half-way point of a denser lung (an expiratory scan,
+            diffuse ground glass: at -600 HU the edge's half-lung voxels lie near -280). It
+            never falls.
     """
 
     enabled: bool = True
@@ -42,6 +48,12 @@ class EdgeSnapParams:
     band_mm: float = 1.5
     smooth_mm: float = 0.5
     darker_hu: float | None = 150.0
+    follow_lung: bool = True
+
+
+LUNG_HU = -850.0  # the aerated lung that ``EdgeSnapParams.hu``'s upper end is half way from tissue for
+AERATED_MAX_HU = -200.0  # denser lung is not aerated (consolidation, vessels): not the lung's density
+FOLLOW_MIN_MM2 = 400.0  # lung inside the edge that tells the slice's lung density
 
 
 def snap_edges(lung: np.ndarray, hu: np.ndarray, spacing_yx: tuple[float, float], allowed: np.ndarray | None = None,
@@ -65,9 +77,14 @@ def snap_edges(lung: np.ndarray, hu: np.ndarray, spacing_yx: tuple[float, float]
         return out
     sigma = tuple(p.smooth_mm / float(s) for s in spacing_yx)
     smooth = smoothed_hu(hu[box], sigma)
-    air = (smooth > p.hu[0]) & (smooth < p.hu[1])
     m = lung[box]
     core = ndimage.binary_erosion(m, se, border_value=1)
+    upper = p.hu[1]
+    if p.follow_lung:
+        lung_hu = smooth[core & (smooth > p.hu[0]) & (smooth < AERATED_MAX_HU)]
+        if lung_hu.size * float(spacing_yx[0]) * float(spacing_yx[1]) >= FOLLOW_MIN_MM2:
+            upper += max(0.0, float(np.median(lung_hu)) - LUNG_HU) / 2.0
+    air = (smooth > p.hu[0]) & (smooth < upper)
     inner = m & ~core
     outer = ndimage.binary_dilation(m, se) & ~m
     if allowed is not None:
@@ -75,7 +92,7 @@ def snap_edges(lung: np.ndarray, hu: np.ndarray, spacing_yx: tuple[float, float]
     # aerated lung at least one band deep inside the edge is the evidence for both moves: a
     # partial-volume rim (a collapsed lobe against pneumothorax air) is not
     aerated = ndimage.binary_dilation(core & air, se, iterations=2)
-    drop = inner & (smooth >= p.hu[1]) & aerated  # tissue; very dark lung (a bulla) stays
+    drop = inner & (smooth >= upper) & aerated  # tissue; very dark lung (a bulla) stays
     add = outer & air & aerated
     if p.darker_hu is not None and add.any():
         add &= ~_darker_than_lung(hu[box], smooth, core & air, sigma, (ry, rx), p.darker_hu)

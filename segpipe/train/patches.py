@@ -411,6 +411,9 @@ def augment_patch(
     lo, hi = cfg.lung_shift_hu  # type: ignore[attr-defined]
     if rng.random() < p and (lo or hi):
         img = np.where(lbl > 0, img + float(rng.uniform(lo, hi)), img).astype(np.float32)
+    dlo, dhi = getattr(cfg, "lung_density_hu", (0.0, 0.0))
+    if (dlo or dhi) and rng.random() < p:  # no draw when off: older configs keep their random stream
+        img = denser_lungs(img, lbl, float(rng.uniform(dlo, dhi)))
     if rng.random() < p and cfg.intensity_scale > 0:  # type: ignore[attr-defined]
         # scale around water so air stays near air: a contrast change, not an offset
         img = (img + 1000.0) * float(rng.uniform(1 - cfg.intensity_scale, 1 + cfg.intensity_scale)) - 1000.0  # type: ignore[attr-defined]
@@ -426,6 +429,26 @@ def augment_patch(
         sigma = float(rng.uniform(0, cfg.noise_hu))  # type: ignore[attr-defined]
         img = img + rng.normal(0.0, sigma, img.shape).astype(np.float32)
     return img.astype(np.float32, copy=False), lbl
+
+
+TISSUE_HU, LUNG_HU = 40.0, -850.0  # the two ends of a voxel's lung share
+
+
+def denser_lungs(img: np.ndarray, lbl: np.ndarray, shift_hu: float) -> np.ndarray:
+    """A ``(z, y, x)`` HU patch whose lungs (``lbl > 0``) are ``shift_hu`` denser (lighter where
+    negative): each voxel in or within two voxels of them moves by ``shift_hu`` times its lung
+    share, ``(TISSUE_HU - hu) / (TISSUE_HU - LUNG_HU)`` clipped to 0..1 (a vessel or the chest
+    wall 0, aerated lung 1, the partial volume at the edge in between), as in an expiratory scan
+    or diffuse ground glass; the labels stay."""
+    from scipy import ndimage as ndi
+
+    near = ndi.binary_dilation(lbl > 0, iterations=2)
+    if not near.any():
+        return img
+    share = np.clip((TISSUE_HU - img[near]) / (TISSUE_HU - LUNG_HU), 0.0, 1.0)
+    out = np.array(img, dtype=np.float32)
+    out[near] += np.float32(shift_hu) * share.astype(np.float32)
+    return out
 
 
 def _simulate_low_resolution(img: np.ndarray, zoom_range: tuple[float, float], seed: int) -> np.ndarray:

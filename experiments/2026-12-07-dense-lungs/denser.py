@@ -1,0 +1,67 @@
+"""The real scans with denser lungs (an expiratory scan, diffuse ground glass), against their
+masks: every voxel in or within two voxels of the lungs moves by S times its lung share
+(`segpipe.train.patches.denser_lungs`, the training augmentation), S = 0, 150, 250, 350 HU.
+References: COPDGene's lung label; LIDC's mask from the bundled model on the scan as it is.
+
+    python experiments/2026-12-07-dense-lungs/denser.py [MODEL.pt] [--rule-param edge_snap.X=Y ...] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import SimpleITK as sitk
+
+from segpipe import LungSegmenter
+from segpipe.io.image import read_image
+from segpipe.metrics import dice
+from segpipe.train.patches import denser_lungs
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def main() -> None:
+    import yaml
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", nargs="?", default="default")
+    ap.add_argument("--rule-param", action="append", default=[], help="RULE.PARAM=YAML")
+    ap.add_argument("--shifts", type=float, nargs="+", default=[0.0, 150.0, 250.0, 350.0])
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    rules: dict = {}
+    for item in args.rule_param:
+        name, _, value = item.partition("=")
+        rule, _, param = name.partition(".")
+        rules.setdefault(rule, {})[param] = yaml.safe_load(value)
+    load = LungSegmenter.default if args.model == "default" else (lambda **kw: LungSegmenter.from_file(args.model, **kw))
+    seg = load(rules=rules) if rules else load()
+    rows = []
+    lidc = sitk.Cast(read_image(DATA / "lidc-idri-0001" / "dicom"), sitk.sitkFloat32)
+    copd = sitk.Cast(read_image(DATA / "copdgene-10002K-64" / "ct.nii.gz"), sitk.sitkFloat32)
+    refs = {"COPDGene-10002K": (copd, sitk.GetArrayFromImage(sitk.ReadImage(str(DATA / "copdgene-10002K-64" / "lungs.nii.gz")))),
+            "LIDC-IDRI-0001": (lidc, sitk.GetArrayFromImage(LungSegmenter.default().predict(lidc)))}
+    for name, (img, ref) in refs.items():
+        a = sitk.GetArrayFromImage(img)
+        ml = float(np.prod(img.GetSpacing())) / 1000.0
+        for s in args.shifts:
+            b = denser_lungs(a, ref, s)
+            im2 = sitk.GetImageFromArray(b)
+            im2.CopyInformation(img)
+            r = seg.predict_with_report(im2)
+            p = sitk.GetArrayFromImage(r.label)
+            row = {"scan": name, "shift_hu": s, "lung_median_hu": round(float(np.median(b[ref > 0])), 0),
+                   "dice": [round(dice(p == v, ref == v), 4) for v in (1, 2)],
+                   "volume_ratio": [round(float((p == v).sum() / max(1, (ref == v).sum())), 3) for v in (1, 2)],
+                   "non_lung_ml": round(float(((p > 0) & (ref == 0)).sum()) * ml, 1)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
