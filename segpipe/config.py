@@ -155,6 +155,11 @@ class AugmentConfig:
     :func:`segpipe.train.data.mirror_left_right`); other axes' flips are off: anatomy is not
     symmetric front-back or head-feet. ``lung_shift_hu`` moves the HU of the lung voxels only
     (inspiration depth, emphysema: real lungs range from about -800 to -950 HU).
+    ``lung_density_hu`` makes the lungs denser (or lighter) with their edge: an expiratory scan,
+    diffuse ground glass (real lungs reach -550 HU). Every voxel in or within two voxels of the
+    lungs moves by a shift drawn from the range times its lung share (HU linear between soft
+    tissue, +40, and aerated lung, -850; :func:`segpipe.train.patches.denser_lungs`), so the
+    partial volume at the lungs' edge moves with it; ``(0, 0)`` turns it off.
     ``lowres_zoom`` simulates a coarser scan (MONAI ``RandSimulateLowResolution``: down by a
     factor drawn from the range, then back up); ``(1, 1)`` turns it off. Thick-slice or
     down-sampled scans (e.g. 4 mm) look blurrier than any phantom rendered at the fine spacing.
