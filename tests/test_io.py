@@ -351,6 +351,15 @@ def test_check_hu_names_the_fix(transform, pattern: str) -> None:  # type: ignor
         io.check_hu(sitk.GetImageFromArray(transform(_ct_like()).astype(np.float32)), "scan.nii.gz")
 
 
+def test_check_hu_accepts_a_crop_inside_the_body_of_an_expiratory_scan() -> None:
+    a = _ct_like()
+    a[a < -900] = 40.0  # no air around the body: the view lies inside it
+    a[a < -700] = -600.0  # lungs at -600 HU
+    io.check_hu(sitk.GetImageFromArray(a))
+    with pytest.raises(InputError, match="found no air"):  # without the lungs it is no CT it can tell
+        io.check_hu(sitk.GetImageFromArray(np.where(a < -500, 40.0, a).astype(np.float32)))
+
+
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="shared/data not present")
 def test_check_hu_accepts_real_scans() -> None:
     io.check_hu(io.read_image(SHARED_DATA / "copdgene-10002K-64" / "ct.nii.gz"))

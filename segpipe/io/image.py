@@ -388,9 +388,10 @@ def write_text_atomic(path: str | Path, text: str, *, overwrite: bool = True) ->
 def check_hu(image: sitk.Image, name: str = "image") -> None:
     """Raise :class:`InputError` unless ``image`` looks like CT in Hounsfield units.
 
-    CT of the body has air (outside the patient, in the lungs) near -1000 HU. Scans stored
-    with a +1000/+1024 offset put that air near 0; normalised scans (0..1) and MRI have no
-    air peak at all. The error names the fix (``--hu-offset``) where one exists.
+    CT of the body has air (outside the patient, in the lungs) near -1000 HU, or at least lung
+    below -450 HU (a crop inside the body of an expiratory scan, its lungs at -600). Scans
+    stored with a +1000/+1024 offset put that air near 0; normalised scans (0..1) and MRI have
+    no air peak at all. The error names the fix (``--hu-offset``) where one exists.
     """
     array = sitk.GetArrayViewFromImage(image)
     step = max(1, int(round((array.size / 2_000_000) ** (1 / 3))))
@@ -401,7 +402,7 @@ def check_hu(image: sitk.Image, name: str = "image") -> None:
             f"{name}: values span only {lo:.3g}..{hi:.3g}, which is not CT in HU (normalised data?); "
             "segpipe needs Hounsfield units"
         )
-    air = np.count_nonzero((sample > -1100) & (sample < -700)) / sample.size
+    air = np.count_nonzero((sample > -1100) & (sample < -450)) / sample.size
     if air >= 0.01:
         return
     if lo > -200:
