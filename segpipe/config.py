@@ -160,6 +160,10 @@ class AugmentConfig:
     lungs moves by a shift drawn from the range times its lung share (HU linear between soft
     tissue, +40, and aerated lung, -850; :func:`segpipe.train.patches.denser_lungs`), so the
     partial volume at the lungs' edge moves with it; ``(0, 0)`` turns it off.
+    ``sharpen`` simulates a sharp reconstruction kernel (a lung or bone kernel: a bright rim
+    on the tissue side of the lung's edge, a dark one inside): the patch plus an amount drawn
+    from the range times its difference from a 1 mm Gaussian blur of itself (unsharp masking);
+    ``(0, 0)`` turns it off.
     ``lowres_zoom`` simulates a coarser scan (MONAI ``RandSimulateLowResolution``: down by a
     factor drawn from the range, then back up); ``(1, 1)`` turns it off. Thick-slice or
     down-sampled scans (e.g. 4 mm) look blurrier than any phantom rendered at the fine spacing.
@@ -197,6 +201,7 @@ class AugmentConfig:
     blur_sigma_mm: float = 1.0
     lung_shift_hu: tuple[float, float] = (-70.0, 30.0)
     lung_density_hu: tuple[float, float] = (0.0, 0.0)
+    sharpen: tuple[float, float] = (0.0, 0.0)
     lowres_zoom: tuple[float, float] = (1.0, 1.0)
     fov_probability: float = 0.0
     fov_keep: tuple[float, float] = (0.35, 0.9)
@@ -235,6 +240,8 @@ class AugmentConfig:
             raise ConfigError(f"augment.scale: expected 0 < low <= high, got {list(self.scale)}")
         if self.lung_shift_hu[0] > self.lung_shift_hu[1]:
             raise ConfigError(f"augment.lung_shift_hu: expected low <= high, got {list(self.lung_shift_hu)}")
+        if not 0.0 <= self.sharpen[0] <= self.sharpen[1]:
+            raise ConfigError(f"augment.sharpen: expected 0 <= low <= high, got {list(self.sharpen)}")
         if self.lung_density_hu[0] > self.lung_density_hu[1]:
             raise ConfigError(f"augment.lung_density_hu: expected low <= high, got {list(self.lung_density_hu)}")
         if not 0 < self.lowres_zoom[0] <= self.lowres_zoom[1] <= 1:

@@ -376,6 +376,27 @@ def test_denser_lungs_move_with_their_partial_volume_and_spare_tissue() -> None:
         AugmentConfig(lung_density_hu=(300.0, 0.0))
 
 
+def test_sharpen_augmentation_rings_the_lung_edge_as_a_sharp_kernel() -> None:
+    from segpipe.config import AugmentConfig
+    from segpipe.errors import ConfigError
+
+    img = np.full((16, 16, 32), 40.0, np.float32)
+    img[:, :, :16] = -850.0
+    lbl = (img < -400).astype(np.uint8)
+    off = dict(rotate_deg=0, scale=(1.0, 1.0), intensity_shift_hu=0, intensity_scale=0, noise_hu=0, blur_sigma_mm=0,
+               lung_shift_hu=(0.0, 0.0))
+    out, out_lbl = data.augment_patch(img, lbl, AugmentConfig(probability=1.0, sharpen=(1.0, 1.0), **off),
+                                      np.random.default_rng(0))
+    profile = out[8, 8]
+    assert profile[15] < -900 and profile[16] > 90  # a dark rim inside the lung, a bright one outside
+    assert profile[2] == pytest.approx(-850.0, abs=1) and profile[-3] == pytest.approx(40.0, abs=1)  # far from the edge: as it was
+    assert np.array_equal(out_lbl, lbl)
+    same, _ = data.augment_patch(img, lbl, AugmentConfig(probability=1.0, **off), np.random.default_rng(0))
+    assert np.array_equal(same, img)  # (0, 0): off
+    with pytest.raises(ConfigError, match="sharpen"):
+        AugmentConfig(sharpen=(1.0, 0.5))
+
+
 def test_low_resolution_augmentation_blurs_edges_and_keeps_labels() -> None:
     from segpipe.config import AugmentConfig
     from segpipe.errors import ConfigError

@@ -425,6 +425,9 @@ def augment_patch(
     if rng.random() < p and cfg.blur_sigma_mm > 0:  # type: ignore[attr-defined]
         sigma_mm = float(rng.uniform(0.2, 1.0)) * cfg.blur_sigma_mm  # type: ignore[attr-defined]
         img = ndi.gaussian_filter(img, [sigma_mm / s for s in spacing_zyx])
+    slo, shi = getattr(cfg, "sharpen", (0.0, 0.0))
+    if shi > 0 and rng.random() < p:  # no draw when off: older configs keep their random stream
+        img = img + float(rng.uniform(slo, shi)) * (img - ndi.gaussian_filter(img, [1.0 / s for s in spacing_zyx]))
     if rng.random() < p and cfg.noise_hu > 0:  # type: ignore[attr-defined]
         sigma = float(rng.uniform(0, cfg.noise_hu))  # type: ignore[attr-defined]
         img = img + rng.normal(0.0, sigma, img.shape).astype(np.float32)
