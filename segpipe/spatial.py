@@ -27,6 +27,8 @@ from segpipe.errors import GeometryError
 
 __all__ = [
     "AIR_HU",
+    "LUNG_HU",
+    "TISSUE_HU",
     "CANONICAL",
     "air_floor",
     "below_air",
@@ -202,6 +204,8 @@ def spacing_for_size(image: sitk.Image, size_xyz: tuple[int, int, int]) -> tuple
 
 
 AIR_HU = -1024.0  # air: nothing in a patient is darker; below it lie only the scanner's padding values
+LUNG_HU = -850.0  # aerated lung (inspiration); a voxel's lung share is linear from TISSUE_HU to this
+TISSUE_HU = 40.0  # soft tissue next to the lung (chest wall, vessels, heart)
 
 
 def below_air(image: sitk.Image, floor_hu: float = AIR_HU) -> bool:

@@ -15,7 +15,7 @@ from scipy import ndimage
 
 from segpipe.refine._util import bounding_box, disk, map_parallel, smoothed_hu
 from segpipe.refine.base import RuleReport, ScanContext
-from segpipe.spatial import AIR_HU
+from segpipe.spatial import AIR_HU, LUNG_HU
 
 __all__ = ["EdgeSnapParams", "snap_edges", "snap_label_edges", "rule"]
 
@@ -38,9 +38,9 @@ class EdgeSnapParams:
         follow_lung: the upper end of ``hu`` rises by half of what the slice's lung (the median
             of its smoothed voxels below :data:`AERATED_MAX_HU`, inside the edge, where they
             cover :data:`FOLLOW_MIN_MM2` or more: not the partial volume of a lung's tip) lies
-            above :data:`LUNG_HU`: the half-way point of a denser lung (an expiratory scan,
-            diffuse ground glass: at -600 HU the edge's half-lung voxels lie near -280). It
-            never falls.
+            above :data:`segpipe.spatial.LUNG_HU` (-850): the half-way point of a denser lung
+            (an expiratory scan, diffuse ground glass: at -600 HU the edge's half-lung voxels lie
+            near -280). It never falls.
     """
 
     enabled: bool = True
@@ -51,7 +51,6 @@ class EdgeSnapParams:
     follow_lung: bool = True
 
 
-LUNG_HU = -850.0  # the aerated lung that ``EdgeSnapParams.hu``'s upper end is half way from tissue for
 AERATED_MAX_HU = -200.0  # denser lung is not aerated (consolidation, vessels): not the lung's density
 FOLLOW_MIN_MM2 = 400.0  # lung inside the edge that tells the slice's lung density
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from segpipe.model.intensity import normalise_hu
+from segpipe.spatial import LUNG_HU, TISSUE_HU
 from segpipe.train.cache import CachedVolume
 from segpipe.train.dataset import DatasetError
 
@@ -432,9 +433,6 @@ def augment_patch(
         sigma = float(rng.uniform(0, cfg.noise_hu))  # type: ignore[attr-defined]
         img = img + rng.normal(0.0, sigma, img.shape).astype(np.float32)
     return img.astype(np.float32, copy=False), lbl
-
-
-TISSUE_HU, LUNG_HU = 40.0, -850.0  # the two ends of a voxel's lung share
 
 
 def denser_lungs(img: np.ndarray, lbl: np.ndarray, shift_hu: float) -> np.ndarray:
