@@ -351,6 +351,28 @@ def test_check_hu_names_the_fix(transform, pattern: str) -> None:  # type: ignor
         io.check_hu(sitk.GetImageFromArray(transform(_ct_like()).astype(np.float32)), "scan.nii.gz")
 
 
+def test_inference_reads_nan_as_padding_beyond_the_field_of_view(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from segpipe.infer.scan import NAN_PADDING_HU, read_scan
+
+    a = _ct_like()
+    yy, xx = np.mgrid[:64, :64]
+    a[:, (yy - 32) ** 2 + (xx - 32) ** 2 > 30**2] = np.nan  # outside a reconstruction circle
+    path = tmp_path / "nan_outside.nii.gz"
+    sitk.WriteImage(sitk.GetImageFromArray(a), str(path))
+    with pytest.raises(InputError, match="NaN/Inf"):
+        io.read_image(path)  # other readers refuse it as before
+    with caplog.at_level(logging.WARNING):
+        canonical, _ = read_scan(path)
+    out = sitk.GetArrayFromImage(canonical)
+    assert np.isfinite(out).all() and np.array_equal(out == NAN_PADDING_HU, np.isnan(a))
+    assert np.array_equal(out[~np.isnan(a)], a[~np.isnan(a)])
+    assert any("are NaN: read as padding" in r.getMessage() for r in caplog.records)
+    a[0, 0, 0] = np.inf
+    sitk.WriteImage(sitk.GetImageFromArray(a), str(path))
+    with pytest.raises(InputError, match="infinite"):
+        read_scan(path)
+
+
 def test_check_hu_accepts_a_crop_inside_the_body_of_an_expiratory_scan() -> None:
     a = _ct_like()
     a[a < -900] = 40.0  # no air around the body: the view lies inside it

@@ -3,6 +3,7 @@ later steps read (:class:`ScanSource`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,8 @@ import SimpleITK as sitk
 from segpipe import io, spatial
 from segpipe.errors import InputError
 
+log = logging.getLogger(__name__)
+
 __all__ = ["Scan", "read_scan", "ScanSource"]
 
 ImageLike = sitk.Image | str | Path | np.ndarray
@@ -20,7 +23,7 @@ ImageLike = sitk.Image | str | Path | np.ndarray
 
 def _as_image(image: ImageLike, spacing: tuple[float, float, float] | None, series_uid: str | None) -> sitk.Image:
     if isinstance(image, (str, Path)):
-        return io.read_image(image, series_uid=series_uid)
+        return io.read_image(image, series_uid=series_uid, allow_nan=True)
     if isinstance(image, np.ndarray):
         if spacing is None:
             raise InputError("a numpy array needs its voxel spacing: predict(array_zyx, spacing=(sx, sy, sz))")
@@ -32,6 +35,30 @@ def _as_image(image: ImageLike, spacing: tuple[float, float, float] | None, seri
     if isinstance(image, sitk.Image):
         return image
     raise InputError(f"expected a SimpleITK image, a path or a numpy array, got {type(image).__name__}")
+
+
+NAN_PADDING_HU = -3024.0  # what a NaN voxel is read as: a scanner's padding beyond its field of view
+
+
+def _nan_as_padding(image: sitk.Image, name: str, warn: bool) -> sitk.Image:
+    """``image`` with its NaN voxels set to :data:`NAN_PADDING_HU`: some converters and
+    resampling tools write NaN where the scan holds no data (beyond the reconstruction circle,
+    beyond a resampled volume's edge), which the scanner's own files pad with -2048 or -3024 and
+    which is read the same way. Infinite values stay (refused as not finite)."""
+    if image.GetPixelID() not in (sitk.sitkFloat32, sitk.sitkFloat64):
+        return image
+    nan = np.isnan(sitk.GetArrayViewFromImage(image))
+    count = int(np.count_nonzero(nan))
+    if not count:
+        return image
+    if warn:
+        log.warning("%s: %d voxels (%.1f %%) are NaN: read as padding beyond the field of view (%g HU)",
+                    name, count, 100.0 * count / nan.size, NAN_PADDING_HU)
+    array = sitk.GetArrayFromImage(image)
+    array[nan] = NAN_PADDING_HU
+    out = sitk.GetImageFromArray(array)
+    out.CopyInformation(image)
+    return out
 
 
 @dataclass(frozen=True)
@@ -62,7 +89,7 @@ def read_scan(image: ImageLike, *, spacing: tuple[float, float, float] | None = 
 
     def read(check: bool = False) -> sitk.Image:
         name = str(image) if isinstance(image, (str, Path)) else "image"
-        scan = _as_image(image, spacing, series_uid)
+        scan = _nan_as_padding(_as_image(image, spacing, series_uid), name, warn=check)
         if check:
             io.validate_image(scan, name)
         if hu_offset:

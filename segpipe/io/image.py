@@ -157,11 +157,12 @@ def _warn_uneven_slices(reader: sitk.ImageSeriesReader, image: sitk.Image, folde
 
 
 # ----------------------------------------------------------------------------- reading
-def validate_image(image: sitk.Image, name: str = "image") -> None:
+def validate_image(image: sitk.Image, name: str = "image", *, allow_nan: bool = False) -> None:
     """Raise :class:`InputError`/:class:`GeometryError` unless ``image`` is a usable 3D scalar volume.
 
     Checks: 3 dimensions, more than one slice along each axis, scalar voxels, positive finite
-    spacing, a non-degenerate direction matrix, and finite voxel values.
+    spacing, a non-degenerate direction matrix, and finite voxel values (NaN allowed with
+    ``allow_nan``: the caller reads it as no data, as inference does beyond the field of view).
     """
     dim = image.GetDimension()
     if dim != 3:
@@ -186,9 +187,10 @@ def validate_image(image: sitk.Image, name: str = "image") -> None:
         raise GeometryError(f"{name}: the origin is not finite: {image.GetOrigin()}")
     if image.GetPixelID() in (sitk.sitkFloat32, sitk.sitkFloat64):
         array = sitk.GetArrayViewFromImage(image)
-        bad = int(np.count_nonzero(~np.isfinite(array)))
+        bad = int(np.count_nonzero(np.isinf(array) if allow_nan else ~np.isfinite(array)))
         if bad:
-            raise InputError(f"{name}: expected finite voxel values, got {bad} NaN/Inf voxels")
+            what = "infinite" if allow_nan else "NaN/Inf"
+            raise InputError(f"{name}: expected finite voxel values, got {bad} {what} voxels")
 
 
 class _Background:
@@ -212,7 +214,7 @@ class _Background:
             raise self._error
 
 
-def read_image(path: str | Path, *, series_uid: str | None = None) -> sitk.Image:
+def read_image(path: str | Path, *, series_uid: str | None = None, allow_nan: bool = False) -> sitk.Image:
     """Read a 3D CT image (file or DICOM folder) in HU, keeping its physical geometry.
 
     Args:
@@ -220,6 +222,7 @@ def read_image(path: str | Path, *, series_uid: str | None = None) -> sitk.Image
             holding a DICOM series. With several series, the one with most slices is read
             (a warning names the others) unless ``series_uid`` picks one.
         series_uid: DICOM SeriesInstanceUID to read from a folder.
+        allow_nan: NaN voxels pass the check (see :func:`validate_image`).
 
     Returns:
         The image as stored (pixel type kept; DICOM rescale slope/intercept applied), with
@@ -249,7 +252,7 @@ def read_image(path: str | Path, *, series_uid: str | None = None) -> sitk.Image
             header = _check_nifti_file(p)
             lean = _read_nifti_lean(p, header)
             if lean is not None:
-                validate_image(lean, str(p))
+                validate_image(lean, str(p), allow_nan=allow_nan)
                 return lean
             if p.name.lower().endswith(".gz"):
                 stream_check = _Background(_check_gzip_stream, p, _nifti_bytes(header))
@@ -265,7 +268,7 @@ def read_image(path: str | Path, *, series_uid: str | None = None) -> sitk.Image
                 raise InputError(f"cannot read {p}: unreadable or truncated file ({detail})") from err
         if stream_check is not None:
             stream_check.result()
-    validate_image(image, str(p))
+    validate_image(image, str(p), allow_nan=allow_nan)
     return image
 
 
