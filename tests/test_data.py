@@ -331,6 +331,10 @@ def test_cache_fixed_size_coarse_mode(tmp_path: Path) -> None:
     assert cached.coarse.spacing_xyz == pytest.approx(expected)
 
 
+AUGMENT_OFF = dict(rotate_deg=0, scale=(1.0, 1.0), intensity_shift_hu=0, intensity_scale=0, noise_hu=0, blur_sigma_mm=0,
+                   lung_shift_hu=(0.0, 0.0))  # every augmentation of AugmentConfig's defaults off, for one under test
+
+
 def test_lung_shift_augmentation_moves_only_lung_voxels() -> None:
     from segpipe.config import AugmentConfig
 
@@ -364,8 +368,7 @@ def test_denser_lungs_move_with_their_partial_volume_and_spare_tissue() -> None:
     assert np.allclose(out[:, 3, 2], 40.0) and np.allclose(out[:, :, 7:11], 40.0)  # vessel and wall stay
     assert np.allclose(out[:, :, 11], -1000.0)  # air more than two voxels from the lung stays
     assert np.array_equal(denser_lungs(img, np.zeros_like(lbl), 300.0), img)
-    off = dict(rotate_deg=0, scale=(1.0, 1.0), intensity_shift_hu=0, intensity_scale=0, noise_hu=0, blur_sigma_mm=0,
-               lung_shift_hu=(0.0, 0.0))
+    off = AUGMENT_OFF
     aug, aug_lbl = data.augment_patch(img, lbl, AugmentConfig(probability=1.0, lung_density_hu=(100.0, 400.0), **off),
                                       np.random.default_rng(0))
     shift = float(aug[0, 5, 0] - img[0, 5, 0])
@@ -383,8 +386,7 @@ def test_sharpen_augmentation_rings_the_lung_edge_as_a_sharp_kernel() -> None:
     img = np.full((16, 16, 32), 40.0, np.float32)
     img[:, :, :16] = -850.0
     lbl = (img < -400).astype(np.uint8)
-    off = dict(rotate_deg=0, scale=(1.0, 1.0), intensity_shift_hu=0, intensity_scale=0, noise_hu=0, blur_sigma_mm=0,
-               lung_shift_hu=(0.0, 0.0))
+    off = AUGMENT_OFF
     out, out_lbl = data.augment_patch(img, lbl, AugmentConfig(probability=1.0, sharpen=(1.0, 1.0), **off),
                                       np.random.default_rng(0))
     profile = out[8, 8]
@@ -405,8 +407,7 @@ def test_low_resolution_augmentation_blurs_edges_and_keeps_labels() -> None:
     lbl = np.zeros((32, 32, 32), np.uint8)
     img[:, :, :16] = -850.0
     lbl[:, :, :16] = 1
-    off = dict(rotate_deg=0, scale=(1.0, 1.0), intensity_shift_hu=0, intensity_scale=0, noise_hu=0, blur_sigma_mm=0,
-               lung_shift_hu=(0.0, 0.0))
+    off = AUGMENT_OFF
     cfg = AugmentConfig(probability=1.0, lowres_zoom=(0.25, 0.3), **off)
     out, out_lbl = data.augment_patch(img, lbl, cfg, np.random.default_rng(0))
     assert out.shape == img.shape and out.dtype == np.float32 and np.array_equal(out_lbl, lbl)

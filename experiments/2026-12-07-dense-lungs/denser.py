@@ -3,13 +3,16 @@ masks: every voxel in or within two voxels of the lungs moves by S times its lun
 (`segpipe.train.patches.denser_lungs`, the training augmentation), S = 0, 150, 250, 350 HU.
 References: COPDGene's lung label; LIDC's mask from the bundled model on the scan as it is.
 
-    python experiments/2026-12-07-dense-lungs/denser.py [MODEL.pt] [--rule-param edge_snap.X=Y ...] [--json OUT]
+    python experiments/2026-12-07-dense-lungs/denser.py [MODEL[:RULE.PARAM=VALUE,...]] [--json OUT]
+
+MODEL: 'default' or a model file; rules as in ``benchmarks/family_b_score.py --models``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,24 +24,18 @@ from segpipe.metrics import dice
 from segpipe.train.patches import denser_lungs
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from family_b_score import _segmenter  # noqa: E402
 
 
 def main() -> None:
-    import yaml
-
     ap = argparse.ArgumentParser()
-    ap.add_argument("model", nargs="?", default="default")
-    ap.add_argument("--rule-param", action="append", default=[], help="RULE.PARAM=YAML")
+    ap.add_argument("model", nargs="?", default="default", help="MODEL or MODEL:RULE.PARAM=VALUE,...")
     ap.add_argument("--shifts", type=float, nargs="+", default=[0.0, 150.0, 250.0, 350.0])
     ap.add_argument("--json")
     args = ap.parse_args()
-    rules: dict = {}
-    for item in args.rule_param:
-        name, _, value = item.partition("=")
-        rule, _, param = name.partition(".")
-        rules.setdefault(rule, {})[param] = yaml.safe_load(value)
-    load = LungSegmenter.default if args.model == "default" else (lambda **kw: LungSegmenter.from_file(args.model, **kw))
-    seg = load(rules=rules) if rules else load()
+    seg = _segmenter(args.model)
     rows = []
     lidc = sitk.Cast(read_image(DATA / "lidc-idri-0001" / "dicom"), sitk.sitkFloat32)
     copd = sitk.Cast(read_image(DATA / "copdgene-10002K-64" / "ct.nii.gz"), sitk.sitkFloat32)

@@ -4,13 +4,16 @@ bone kernel's rims at the lung's edge) and soft (a 2 mm Gaussian blur); and dens
 (`denser_lungs`, 250 HU) with the sharp kernel. References: COPDGene's label; LIDC's mask from
 the bundled model on the scan as it is.
 
-    python experiments/2026-12-07-kernels/kernels.py [MODEL.pt] [--rule-param RULE.PARAM=YAML ...]
+    python experiments/2026-12-07-kernels/kernels.py [MODEL[:RULE.PARAM=VALUE,...]] [--json OUT]
+
+MODEL: 'default' or a model file; rules as in ``benchmarks/family_b_score.py --models``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +26,9 @@ from segpipe.metrics import dice
 from segpipe.train.patches import denser_lungs
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from family_b_score import _segmenter  # noqa: E402
 
 
 def _variants(a: np.ndarray, ref: np.ndarray, spacing_zyx: tuple[float, ...]):  # type: ignore[no-untyped-def]
@@ -37,20 +43,11 @@ def _variants(a: np.ndarray, ref: np.ndarray, spacing_zyx: tuple[float, ...]):  
 
 
 def main() -> None:
-    import yaml
-
     ap = argparse.ArgumentParser()
-    ap.add_argument("model", nargs="?", default="default")
-    ap.add_argument("--rule-param", action="append", default=[], help="RULE.PARAM=YAML")
+    ap.add_argument("model", nargs="?", default="default", help="MODEL or MODEL:RULE.PARAM=VALUE,...")
     ap.add_argument("--json")
     args = ap.parse_args()
-    rules: dict = {}
-    for item in args.rule_param:
-        name, _, value = item.partition("=")
-        rule, _, param = name.partition(".")
-        rules.setdefault(rule, {})[param] = yaml.safe_load(value)
-    load = LungSegmenter.default if args.model == "default" else (lambda **kw: LungSegmenter.from_file(args.model, **kw))
-    seg = load(rules=rules) if rules else load()
+    seg = _segmenter(args.model)
     lidc = sitk.Cast(read_image(DATA / "lidc-idri-0001" / "dicom"), sitk.sitkFloat32)
     copd = sitk.Cast(read_image(DATA / "copdgene-10002K-64" / "ct.nii.gz"), sitk.sitkFloat32)
     refs = {"COPDGene-10002K": (copd, sitk.GetArrayFromImage(sitk.ReadImage(str(DATA / "copdgene-10002K-64" / "lungs.nii.gz")))),
