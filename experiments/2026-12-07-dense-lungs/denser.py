@@ -6,6 +6,7 @@ References: COPDGene's lung label; LIDC's mask from the bundled model on the sca
     python experiments/2026-12-07-dense-lungs/denser.py [MODEL[:RULE.PARAM=VALUE,...]] [--json OUT]
 
 MODEL: 'default' or a model file; rules as in ``benchmarks/family_b_score.py --models``.
+``real_scans`` and ``score`` serve ``experiments/2026-12-07-kernels/kernels.py`` too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import SimpleITK as sitk
@@ -29,6 +32,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from family_b_score import _segmenter  # noqa: E402
 
 
+def real_scans() -> Iterator[tuple[str, sitk.Image, np.ndarray]]:
+    """(name, scan as float32, reference label array): COPDGene with its label, LIDC with the
+    bundled model's mask of it."""
+    copd = sitk.Cast(read_image(DATA / "copdgene-10002K-64" / "ct.nii.gz"), sitk.sitkFloat32)
+    yield "COPDGene-10002K", copd, sitk.GetArrayFromImage(sitk.ReadImage(str(DATA / "copdgene-10002K-64" / "lungs.nii.gz")))
+    lidc = sitk.Cast(read_image(DATA / "lidc-idri-0001" / "dicom"), sitk.sitkFloat32)
+    yield "LIDC-IDRI-0001", lidc, sitk.GetArrayFromImage(LungSegmenter.default().predict(lidc))
+
+
+def score(seg: Any, like: sitk.Image, array: np.ndarray, ref: np.ndarray, **row: Any) -> dict[str, Any]:
+    """``seg``'s mask of ``array`` (on ``like``'s grid) against ``ref``: Dice and volume ratio per
+    lung, lung outside ``ref`` (mL); printed as one JSON line and returned with ``row``'s keys first."""
+    image = sitk.GetImageFromArray(np.asarray(array, np.float32))
+    image.CopyInformation(like)
+    p = sitk.GetArrayFromImage(seg.predict(image))
+    ml = float(np.prod(like.GetSpacing())) / 1000.0
+    row |= {"dice": [round(dice(p == v, ref == v), 4) for v in (1, 2)],
+            "volume_ratio": [round(float((p == v).sum() / max(1, (ref == v).sum())), 3) for v in (1, 2)],
+            "non_lung_ml": round(float(((p > 0) & (ref == 0)).sum()) * ml, 1)}
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?", default="default", help="MODEL or MODEL:RULE.PARAM=VALUE,...")
@@ -37,25 +63,11 @@ def main() -> None:
     args = ap.parse_args()
     seg = _segmenter(args.model)
     rows = []
-    lidc = sitk.Cast(read_image(DATA / "lidc-idri-0001" / "dicom"), sitk.sitkFloat32)
-    copd = sitk.Cast(read_image(DATA / "copdgene-10002K-64" / "ct.nii.gz"), sitk.sitkFloat32)
-    refs = {"COPDGene-10002K": (copd, sitk.GetArrayFromImage(sitk.ReadImage(str(DATA / "copdgene-10002K-64" / "lungs.nii.gz")))),
-            "LIDC-IDRI-0001": (lidc, sitk.GetArrayFromImage(LungSegmenter.default().predict(lidc)))}
-    for name, (img, ref) in refs.items():
+    for name, img, ref in real_scans():
         a = sitk.GetArrayFromImage(img)
-        ml = float(np.prod(img.GetSpacing())) / 1000.0
         for s in args.shifts:
             b = denser_lungs(a, ref, s)
-            im2 = sitk.GetImageFromArray(b)
-            im2.CopyInformation(img)
-            r = seg.predict_with_report(im2)
-            p = sitk.GetArrayFromImage(r.label)
-            row = {"scan": name, "shift_hu": s, "lung_median_hu": round(float(np.median(b[ref > 0])), 0),
-                   "dice": [round(dice(p == v, ref == v), 4) for v in (1, 2)],
-                   "volume_ratio": [round(float((p == v).sum() / max(1, (ref == v).sum())), 3) for v in (1, 2)],
-                   "non_lung_ml": round(float(((p > 0) & (ref == 0)).sum()) * ml, 1)}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            rows.append(score(seg, img, b, ref, scan=name, shift_hu=s, lung_median_hu=round(float(np.median(b[ref > 0])), 0)))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

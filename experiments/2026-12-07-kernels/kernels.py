@@ -14,24 +14,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import SimpleITK as sitk
 from scipy import ndimage
 
-from segpipe import LungSegmenter
-from segpipe.io.image import read_image
-from segpipe.metrics import dice
 from segpipe.train.patches import denser_lungs
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "2026-12-07-dense-lungs"))
 
-from family_b_score import _segmenter  # noqa: E402
+from denser import _segmenter, real_scans, score  # noqa: E402
 
 
-def _variants(a: np.ndarray, ref: np.ndarray, spacing_zyx: tuple[float, ...]):  # type: ignore[no-untyped-def]
+def _variants(a: np.ndarray, ref: np.ndarray, spacing_zyx: tuple[float, ...]) -> Iterator[tuple[str, np.ndarray]]:
     def sharp(x: np.ndarray, amount: float) -> np.ndarray:
         return x + amount * (x - ndimage.gaussian_filter(x, [1.0 / s for s in spacing_zyx]))
 
@@ -48,23 +45,9 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
     seg = _segmenter(args.model)
-    lidc = sitk.Cast(read_image(DATA / "lidc-idri-0001" / "dicom"), sitk.sitkFloat32)
-    copd = sitk.Cast(read_image(DATA / "copdgene-10002K-64" / "ct.nii.gz"), sitk.sitkFloat32)
-    refs = {"COPDGene-10002K": (copd, sitk.GetArrayFromImage(sitk.ReadImage(str(DATA / "copdgene-10002K-64" / "lungs.nii.gz")))),
-            "LIDC-IDRI-0001": (lidc, sitk.GetArrayFromImage(LungSegmenter.default().predict(lidc)))}
-    rows = []
-    for name, (img, ref) in refs.items():
-        a = sitk.GetArrayFromImage(img)
-        ml = float(np.prod(img.GetSpacing())) / 1000.0
-        for variant, b in _variants(a, ref, tuple(reversed(img.GetSpacing()))):
-            im2 = sitk.GetImageFromArray(np.asarray(b, np.float32))
-            im2.CopyInformation(img)
-            p = sitk.GetArrayFromImage(seg.predict(im2))
-            row = {"scan": name, "variant": variant, "dice": [round(dice(p == v, ref == v), 4) for v in (1, 2)],
-                   "volume_ratio": [round(float((p == v).sum() / max(1, (ref == v).sum())), 3) for v in (1, 2)],
-                   "non_lung_ml": round(float(((p > 0) & (ref == 0)).sum()) * ml, 1)}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    rows = [score(seg, img, b, ref, scan=name, variant=variant)
+            for name, img, ref in real_scans()
+            for variant, b in _variants(sitk.GetArrayFromImage(img), ref, tuple(reversed(img.GetSpacing())))]
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 
