@@ -36,11 +36,6 @@ class PleuralAirParams:
         min_contact_mm2: a pneumothorax the network left out meets the mask over more than a
             bronchus's lumen does.
         warn_ml: the report warns when the rule took at least this much out.
-        below_lung_hu: vessel-free air also lies this far below the region's aerated lung (the
-            median of the mask's smoothed voxels between ``hu`` and -200 HU): in a lighter lung
-            (emphysema, -920 HU and below) the line falls toward air itself, so that the
-            lightest, vessel-poor lung at its edge (paraseptal emphysema) is not taken for a
-            pneumothorax; None: ``hu`` alone.
     """
 
     enabled: bool = True
@@ -55,10 +50,6 @@ class PleuralAirParams:
     grow_hu: float = -900.0
     min_contact_mm2: float = 300.0
     warn_ml: float = 1.0
-    below_lung_hu: float | None = 75.0
-
-
-AERATED_MAX_HU = -200.0  # denser is not aerated lung (vessels, consolidation)
 
 
 def _surface_share(labels: np.ndarray, n: int, near: np.ndarray) -> np.ndarray:
@@ -142,16 +133,11 @@ def pleural_air(lung: np.ndarray, hu: np.ndarray, spacing_xyz: tuple[float, floa
     smooth = smoothed_hu(hu[box], [p.smooth_mm / s for s in sp_zyx])
     voxel_ml = float(np.prod(sp_zyx)) / 1000.0
     steps = max(1, int(round(p.grow_mm / min(sp_zyx))))
-    air_hu = p.hu
-    if p.below_lung_hu is not None:
-        aerated = smooth[m & (smooth >= p.hu) & (smooth < AERATED_MAX_HU)]
-        if aerated.size:
-            air_hu = min(air_hu, float(np.median(aerated)) - p.below_lung_hu)
-    outside_air = ~m & (smooth < air_hu)
+    outside_air = ~m & (smooth < p.hu)
     if valid is not None:
         outside_air &= np.asarray(valid, bool)[box]
     found = np.zeros(m.shape, bool)
-    air = m & (smooth < air_hu)
+    air = m & (smooth < p.hu)
     if np.count_nonzero(air) * voxel_ml >= p.min_ml:  # (usually not: then no pocket can be that large)
         found = _air_pockets(m, air, sp_zyx, voxel_ml, p) | _air_along_pleural_air(m, air, outside_air, sp_zyx, voxel_ml, p)
     del air
