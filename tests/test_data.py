@@ -368,6 +368,9 @@ def test_denser_lungs_move_with_their_partial_volume_and_spare_tissue() -> None:
     assert np.allclose(out[:, 3, 2], 40.0) and np.allclose(out[:, :, 7:11], 40.0)  # vessel and wall stay
     assert np.allclose(out[:, :, 11], -1000.0)  # air more than two voxels from the lung stays
     assert np.array_equal(denser_lungs(img, np.zeros_like(lbl), 300.0), img)
+    lighter = denser_lungs(img, lbl, -200.0)
+    assert np.allclose(lighter[:, 5, :6][:, [0, 1, 3, 4, 5]], -1000.0)  # stops at air
+    assert np.allclose(lighter[:, 5, 6], -405.0 - 100.0) and np.allclose(lighter[:, :, 11], -1000.0)
     off = AUGMENT_OFF
     aug, aug_lbl = data.augment_patch(img, lbl, AugmentConfig(probability=1.0, lung_density_hu=(100.0, 400.0), **off),
                                       np.random.default_rng(0))

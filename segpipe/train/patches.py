@@ -440,7 +440,8 @@ def denser_lungs(img: np.ndarray, lbl: np.ndarray, shift_hu: float) -> np.ndarra
     negative): each voxel in or within two voxels of them moves by ``shift_hu`` times its lung
     share, ``(TISSUE_HU - hu) / (TISSUE_HU - LUNG_HU)`` clipped to 0..1 (a vessel or the chest
     wall 0, aerated lung 1, the partial volume at the edge in between), as in an expiratory scan
-    or diffuse ground glass; the labels stay."""
+    or diffuse ground glass; the labels stay. A lighter lung stops at air (-1000 HU): no voxel
+    moves below it."""
     from scipy import ndimage as ndi
 
     near = ndi.binary_dilation(lbl > 0, iterations=2)
@@ -448,7 +449,8 @@ def denser_lungs(img: np.ndarray, lbl: np.ndarray, shift_hu: float) -> np.ndarra
         return img
     share = np.clip((TISSUE_HU - img[near]) / (TISSUE_HU - LUNG_HU), 0.0, 1.0)
     out = np.array(img, dtype=np.float32)
-    out[near] += np.float32(shift_hu) * share.astype(np.float32)
+    moved = img[near] + np.float32(shift_hu) * share.astype(np.float32)
+    out[near] = np.maximum(moved, np.minimum(img[near], np.float32(-1000.0))) if shift_hu < 0 else moved
     return out
 
 
