@@ -232,3 +232,37 @@ def test_a_reconstruction_circle_through_the_lungs_keeps_them(segmenter: LungSeg
         assert (sitk.GetArrayViewFromImage(pred)[rim] == ref[rim]).mean() > 0.9, padding
         masks.append(sitk.GetArrayFromImage(pred))
     assert np.array_equal(masks[0], masks[1])
+
+
+COPD = ROOT.parent / "shared" / "data" / "copdgene-10002K-64"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not COPD.is_dir(), reason="shared/data/copdgene-10002K-64 not present")
+def test_metal_streaks_in_a_real_scan_are_not_taken_for_a_pneumothorax(segmenter: LungSegmenter) -> None:
+    """A real scan with metal in its right lateral chest wall (a rib plate, a shoulder
+    prosthesis): dark and bright streaks fan out of it across every slice, and the dark ones
+    read as vessel-free air in the lung. ``pleural_air`` takes out pockets that are a layer of
+    air 1 cm thick (``min_depth_mm``) and follows air the network left out only from a body of
+    ``min_outside_ml``: the bands stay lung (it took 400 mL before, right lung 0.90)."""
+    image = io.read_image(COPD / "ct.nii.gz")
+    ref = sitk.GetArrayFromImage(io.read_image(COPD / "lungs.nii.gz"))
+    a = sitk.GetArrayFromImage(image).astype(np.float32)
+    sx, sy = image.GetSpacing()[:2]
+    ny, nx = a.shape[1:]
+    yy, xx = np.mgrid[:ny, :nx]
+    dy, dx = yy * sy - ny * sy * 0.45, xx * sx - nx * sx * 0.12  # the metal, in the right chest wall
+    r, theta = np.hypot(dx, dy), np.arctan2(dy, dx)
+    angles = np.random.default_rng(3).uniform(0, np.pi, 10)
+    for z in range(len(a)):  # the fan turns a little from slice to slice
+        for k, angle in enumerate(angles + 0.02 * z):
+            line = np.exp(-0.5 * (r * np.sin(theta - angle) / 1.5) ** 2)  # 1.5 mm wide, falling as 1 / distance
+            a[z] += (-1.0) ** (k + 1) * 800.0 * line * np.minimum(1.0, 20.0 / np.maximum(r, 1e-3))
+    a = np.clip(a, -1024, 3071)
+    a[:, r < 6.0] = 3000.0
+    streaked = sitk.GetImageFromArray(a)
+    streaked.CopyInformation(image)
+    result = segmenter.predict_with_report(streaked)
+    pred = sitk.GetArrayFromImage(result.label)
+    assert result.report["rules"]["pleural_air"]["removed_ml"] < 50.0
+    assert metrics.dice(pred == 1, ref == 1) > 0.93 and metrics.dice(pred == 2, ref == 2) > 0.97

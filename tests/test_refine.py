@@ -2290,3 +2290,5 @@ def test_body_in_view_leaves_out_outside_air_padding_and_the_mattress_of_a_cut_s
         assert not body[:3].any()  # the air in front of the patient: outside
         assert not body[int(0.84 * n), crop.shape[2] // 2]  # the mattress: outside
         assert not body[image[0] < -1100].any()  # the scanner's padding: never body
+
+

@@ -29,12 +29,17 @@ class PleuralAirParams:
         open_mm: opening radius: strands of air thinner than this do not join pockets.
         min_ml: smaller pockets stay (emphysema, a small bulla).
         min_edge: share of a pocket's surface on the lung mask's edge.
+        min_depth_mm: a pocket is a layer of air: a tenth of its voxels lie at least this deep
+            in it (a pneumothorax that matters is 1 cm thick or more; a metal streak's dark
+            bands are a few mm).
         min_air_share: share of thin air's surface next to air outside the mask.
         edge_mm: "on the edge": this close to the outside of the lung mask.
         grow_mm: reach into the partial-volume rim of a pocket.
         grow_hu: the rim grown into: darker than any aerated lung.
         min_contact_mm2: a pneumothorax the network left out meets the mask over more than a
             bronchus's lumen does.
+        min_outside_ml: the pleural air the network left out, which rules 2 and 3 follow into
+            the mask, is one body of at least this much.
         warn_ml: the report warns when the rule took at least this much out.
     """
 
@@ -44,11 +49,13 @@ class PleuralAirParams:
     open_mm: float = 1.5
     min_ml: float = 10.0
     min_edge: float = 0.15
+    min_depth_mm: float = 4.5
     min_air_share: float = 0.3
     edge_mm: float = 3.0
     grow_mm: float = 4.5
     grow_hu: float = -900.0
     min_contact_mm2: float = 300.0
+    min_outside_ml: float = 30.0
     warn_ml: float = 1.0
 
 
@@ -73,6 +80,10 @@ def _air_pockets(m: np.ndarray, air: np.ndarray, sp_zyx: tuple[float, ...], voxe
     outside = ndimage.binary_dilation(~m, ellipsoid(tuple(p.edge_mm / s for s in sp_zyx)), border_value=0)
     keep = (component_sizes(grown, n) * voxel_ml >= p.min_ml) & (_surface_share(grown, n, outside) >= p.min_edge)
     keep[0] = False
+    if keep.any() and p.min_depth_mm > 0:
+        depth = ndimage.distance_transform_edt(grown > 0, sampling=sp_zyx)
+        for i in np.flatnonzero(keep):
+            keep[i] = np.percentile(depth[grown == i], 90) >= p.min_depth_mm
     return keep[grown]
 
 
@@ -87,7 +98,7 @@ def _air_along_pleural_air(m: np.ndarray, air: np.ndarray, outside_air: np.ndarr
     # the pleural space the network left out: a large body of air (a hole in a ragged mask of
     # emphysematous lung is small)
     labels, n = ndimage.label(outside_air, structure=FULL)
-    big = component_sizes(labels, n) * voxel_ml >= p.min_ml
+    big = component_sizes(labels, n) * voxel_ml >= max(p.min_ml, p.min_outside_ml)
     big[0] = False
     if not big.any():
         return np.zeros(m.shape, bool)
@@ -169,7 +180,7 @@ def _shell_on_pleural_air(rest: np.ndarray, outside_air: np.ndarray, hu: np.ndar
         return out
     labels, n = ndimage.label(outside_air, structure=FULL)
     face_mm2 = (voxel_ml * 1000.0) ** (2.0 / 3.0)
-    keep = (component_sizes(labels, n) * voxel_ml >= p.min_ml) & (
+    keep = (component_sizes(labels, n) * voxel_ml >= max(p.min_ml, p.min_outside_ml)) & (
         np.bincount(labels[touching], minlength=n + 1) * face_mm2 > p.min_contact_mm2)
     keep[0] = False
     if not keep.any():
