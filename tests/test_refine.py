@@ -2292,3 +2292,27 @@ def test_body_in_view_leaves_out_outside_air_padding_and_the_mattress_of_a_cut_s
         assert not body[image[0] < -1100].any()  # the scanner's padding: never body
 
 
+
+
+@pytest.mark.parametrize("layer_mm", [7.5, 12.0])
+def test_pleural_air_takes_a_layer_of_air_not_a_band(layer_mm: float) -> None:
+    """Vessel-free air along one wall of a lung mask: a layer 12 mm thick is a pneumothorax and
+    goes; one 7.5 mm thick stays (metal streaks' dark bands, where they fan out of metal in the
+    chest wall, make pockets of that depth): a tenth of a pocket's voxels must lie
+    ``min_depth_mm`` deep. Without that test both go (thinner layers never did: the smoothing
+    against the wall leaves too little air)."""
+    n, k = 64, int(round(layer_mm / 1.5))
+    mask = np.zeros((n, n, n), bool)
+    mask[4:-4, 4:-4, 4:-4] = True
+    hu = np.where(mask, -860.0, 40.0).astype(np.float32)
+    layer = mask.copy()
+    layer[:, :, 4 + k:] = False
+    hu[layer] = -1000.0
+    hu += np.random.default_rng(7).normal(0, 10, hu.shape).astype(np.float32)
+    assert layer.sum() * 1.5**3 / 1000 > 20
+    found = pleural_air(mask, hu, (1.5, 1.5, 1.5))
+    if layer_mm > 10:
+        assert (found & layer).sum() >= 0.9 * layer.sum()
+    else:
+        assert not found.any()
+    assert (pleural_air(mask, hu, (1.5, 1.5, 1.5), p=PleuralAirParams(min_depth_mm=0.0)) & layer).sum() >= 0.9 * layer.sum()
