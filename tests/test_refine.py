@@ -2295,12 +2295,11 @@ def test_body_in_view_leaves_out_outside_air_padding_and_the_mattress_of_a_cut_s
 
 
 @pytest.mark.parametrize("layer_mm", [7.5, 12.0])
-def test_pleural_air_takes_a_layer_of_air_not_a_band(layer_mm: float) -> None:
-    """Vessel-free air along one wall of a lung mask: a layer 12 mm thick is a pneumothorax and
-    goes; one 7.5 mm thick stays (metal streaks' dark bands, where they fan out of metal in the
-    chest wall, make pockets of that depth): a tenth of a pocket's voxels must lie
-    ``min_depth_mm`` deep. Without that test both go (thinner layers never did: the smoothing
-    against the wall leaves too little air)."""
+def test_pleural_air_min_depth_takes_a_layer_of_air_not_a_band(layer_mm: float) -> None:
+    """Vessel-free air along one wall of a lung mask: by default a layer 7.5 mm thick goes as a
+    12 mm one does; with ``min_depth_mm`` 4.5 (a tenth of a pocket's voxels that deep: for scans
+    whose metal streaks make pockets of that depth) the 7.5 mm layer stays and the 12 mm one
+    still goes (thinner layers never did: the smoothing against the wall leaves too little air)."""
     n, k = 64, int(round(layer_mm / 1.5))
     mask = np.zeros((n, n, n), bool)
     mask[4:-4, 4:-4, 4:-4] = True
@@ -2310,9 +2309,30 @@ def test_pleural_air_takes_a_layer_of_air_not_a_band(layer_mm: float) -> None:
     hu[layer] = -1000.0
     hu += np.random.default_rng(7).normal(0, 10, hu.shape).astype(np.float32)
     assert layer.sum() * 1.5**3 / 1000 > 20
-    found = pleural_air(mask, hu, (1.5, 1.5, 1.5))
+    assert (pleural_air(mask, hu, (1.5, 1.5, 1.5)) & layer).sum() >= 0.9 * layer.sum()
+    found = pleural_air(mask, hu, (1.5, 1.5, 1.5), p=PleuralAirParams(min_depth_mm=4.5))
     if layer_mm > 10:
         assert (found & layer).sum() >= 0.9 * layer.sum()
     else:
         assert not found.any()
-    assert (pleural_air(mask, hu, (1.5, 1.5, 1.5), p=PleuralAirParams(min_depth_mm=0.0)) & layer).sum() >= 0.9 * layer.sum()
+
+
+def test_pleural_air_follows_only_a_body_of_air_of_min_outside_ml() -> None:
+    """The shell of :func:`test_pleural_air_takes_a_partial_volume_shell_next_to_a_pneumothorax_left_out`,
+    but the air the network left out around it is 4 mm thick (under 30 mL of it reads as
+    vessel-free air next to the wall, as the dark bands of metal streaks that the network left
+    out do): under ``min_outside_ml`` (30) nothing is followed into the mask; with 10 mL the
+    shell goes."""
+    rng = np.random.default_rng(4)
+    n = 74
+    d = np.sqrt(((np.indices((n, n, n)) + 0.5 - n / 2) ** 2).sum(0)).astype(np.float32)  # 1 mm voxels
+    lung, mask, cavity = d < 20.0, d < 24.0, d < 28.0
+    hu = np.where(cavity, -1000.0, 40.0).astype(np.float32)
+    hu[mask] = -930.0
+    hu[lung] = -450.0
+    hu += rng.normal(0, 15, hu.shape).astype(np.float32)
+    p = PleuralAirParams()
+    assert 10 < ((ndimage.gaussian_filter(hu, p.smooth_mm) < p.hu) & ~mask).sum() / 1000 < p.min_outside_ml
+    assert not pleural_air(mask, hu, (1.0, 1.0, 1.0)).any()
+    found = pleural_air(mask, hu, (1.0, 1.0, 1.0), p=PleuralAirParams(min_outside_ml=10.0))
+    assert (found & mask & ~lung).sum() >= 0.9 * (mask & ~lung).sum()

@@ -29,9 +29,10 @@ class PleuralAirParams:
         open_mm: opening radius: strands of air thinner than this do not join pockets.
         min_ml: smaller pockets stay (emphysema, a small bulla).
         min_edge: share of a pocket's surface on the lung mask's edge.
-        min_depth_mm: a pocket is a layer of air: a tenth of its voxels lie at least this deep
-            in it (a pneumothorax that matters is 1 cm thick or more; a metal streak's dark
-            bands are a few mm).
+        min_depth_mm: with more than 0, a pocket must be a layer of air: a tenth of its voxels
+            lie at least this deep in it. 4.5 (a layer of 1 cm) keeps the dark bands of metal
+            streaks in the lung, but also leaves thin gas under the diaphragm that the network
+            took in: off by default, for scans with metal in the chest wall.
         min_air_share: share of thin air's surface next to air outside the mask.
         edge_mm: "on the edge": this close to the outside of the lung mask.
         grow_mm: reach into the partial-volume rim of a pocket.
@@ -49,7 +50,7 @@ class PleuralAirParams:
     open_mm: float = 1.5
     min_ml: float = 10.0
     min_edge: float = 0.15
-    min_depth_mm: float = 4.5
+    min_depth_mm: float = 0.0
     min_air_share: float = 0.3
     edge_mm: float = 3.0
     grow_mm: float = 4.5
