@@ -32,7 +32,7 @@ class PleuralAirParams:
         min_depth_mm: with more than 0, a pocket must be a layer of air: a tenth of its voxels
             lie at least this deep in it. 4.5 (a layer of 1 cm) keeps the dark bands of metal
             streaks in the lung, but also leaves thin gas under the diaphragm that the network
-            took in: off by default, for scans with metal in the chest wall.
+            took in: 0 (off) by default, 4.5 for scans with metal in the chest wall.
         min_air_share: share of thin air's surface next to air outside the mask.
         edge_mm: "on the edge": this close to the outside of the lung mask.
         grow_mm: reach into the partial-volume rim of a pocket.
@@ -40,7 +40,9 @@ class PleuralAirParams:
         min_contact_mm2: a pneumothorax the network left out meets the mask over more than a
             bronchus's lumen does.
         min_outside_ml: the pleural air the network left out, which rules 2 and 3 follow into
-            the mask, is one body of at least this much.
+            the mask, is one body of at least this much (and of ``min_ml``). 30 leaves the dark
+            bands of metal streaks that the network left out alone, but also thin gas under the
+            diaphragm: 10 by default, 30 for scans with metal in the chest wall.
         warn_ml: the report warns when the rule took at least this much out.
     """
 
@@ -56,7 +58,7 @@ class PleuralAirParams:
     grow_mm: float = 4.5
     grow_hu: float = -900.0
     min_contact_mm2: float = 300.0
-    min_outside_ml: float = 30.0
+    min_outside_ml: float = 10.0
     warn_ml: float = 1.0
 
 
