@@ -1384,20 +1384,28 @@ def test_pleural_air_takes_a_thin_shell_of_pneumothorax_around_a_collapsed_lung(
     assert not pleural_air(mask, hu, (1.0, 1.0, 1.0), p=PleuralAirParams(min_ml=1e6)).any()  # min_ml is read
 
 
+def _collapsed_lung_in_a_shell(n: int, cavity_mm: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A collapsed lung (-450 HU sphere, radius 20 mm, 1 mm voxels) in a pneumothorax out to
+    ``cavity_mm``; the network's mask reaches 4 mm into the air, which reads -930 HU there
+    (partial volume of a thick-slice scan). Returns (lung, mask, cavity, HU)."""
+    rng = np.random.default_rng(4)
+    d = np.sqrt(((np.indices((n, n, n)) + 0.5 - n / 2) ** 2).sum(0)).astype(np.float32)
+    lung, mask, cavity = d < 20.0, d < 24.0, d < cavity_mm
+    hu = np.where(cavity, -1000.0, 40.0).astype(np.float32)
+    hu[mask] = -930.0
+    hu[lung] = -450.0
+    hu += rng.normal(0, 15, hu.shape).astype(np.float32)
+    return lung, mask, cavity, hu
+
+
 def test_pleural_air_takes_a_partial_volume_shell_next_to_a_pneumothorax_left_out() -> None:
     """A thick-slice scan: the 4 mm of pneumothorax the network kept around a collapsed lung
     read -930 HU, not -1000 (partial volume), too light for the vessel-free air test. The shell
     goes because it is more air than lung and touches the pneumothorax the network left out;
     without that air outside the mask (not valid) nothing is taken, nor next to the lumen of a
     bronchus the mask ends in."""
+    lung, mask, cavity, hu = _collapsed_lung_in_a_shell(90, 40.0)
     rng = np.random.default_rng(4)
-    n = 90
-    d = np.sqrt(((np.indices((n, n, n)) + 0.5 - n / 2) ** 2).sum(0)).astype(np.float32)  # 1 mm voxels
-    lung, mask, cavity = d < 20.0, d < 24.0, d < 40.0
-    hu = np.where(cavity, -1000.0, 40.0).astype(np.float32)
-    hu[mask] = -930.0
-    hu[lung] = -450.0
-    hu += rng.normal(0, 15, hu.shape).astype(np.float32)
     shell = mask & ~lung
     p = PleuralAirParams()
     assert 24.0 - 20.0 <= p.grow_mm and (ndimage.gaussian_filter(hu, p.smooth_mm)[shell] < p.hu).mean() < 0.01
@@ -2323,14 +2331,7 @@ def test_pleural_air_follows_only_a_body_of_air_of_min_outside_ml() -> None:
     vessel-free air next to the wall, as the dark bands of metal streaks that the network left
     out can): by default (``min_outside_ml`` 10) the shell goes; with 30 (the setting for scans
     with metal in the chest wall) nothing is followed into the mask."""
-    rng = np.random.default_rng(4)
-    n = 74
-    d = np.sqrt(((np.indices((n, n, n)) + 0.5 - n / 2) ** 2).sum(0)).astype(np.float32)  # 1 mm voxels
-    lung, mask, cavity = d < 20.0, d < 24.0, d < 28.0
-    hu = np.where(cavity, -1000.0, 40.0).astype(np.float32)
-    hu[mask] = -930.0
-    hu[lung] = -450.0
-    hu += rng.normal(0, 15, hu.shape).astype(np.float32)
+    lung, mask, cavity, hu = _collapsed_lung_in_a_shell(74, 28.0)
     p = PleuralAirParams()
     assert p.min_outside_ml < ((ndimage.gaussian_filter(hu, p.smooth_mm) < p.hu) & ~mask).sum() / 1000 < 30
     found = pleural_air(mask, hu, (1.0, 1.0, 1.0))
