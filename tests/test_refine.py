@@ -2337,3 +2337,28 @@ def test_pleural_air_follows_only_a_body_of_air_of_min_outside_ml() -> None:
     found = pleural_air(mask, hu, (1.0, 1.0, 1.0))
     assert (found & mask & ~lung).sum() >= 0.9 * (mask & ~lung).sum()
     assert not pleural_air(mask, hu, (1.0, 1.0, 1.0), p=PleuralAirParams(min_outside_ml=30.0)).any()
+
+
+def test_pleural_air_warns_of_metal_in_a_region_it_took_air_from() -> None:
+    """The rule took a pneumothorax out of a region that holds metal (a 6 mm disc of 3000 HU in
+    the chest wall): its report says the streaks' dark bands may be what it took and names the
+    metal setting; without metal, or with the metal setting on, it says nothing of the kind."""
+    from segpipe.refine import pleural_air as pleural_air_module
+
+    cavity, _, hu = _chest_with_pleural_air(pneumothorax=True, bulla=False)
+    z, y, x = (np.indices(hu.shape) + 0.5) * 1.5
+
+    def report(hu: np.ndarray, p: PleuralAirParams) -> tuple[str, ...]:
+        ctx = FineContext(hu=hu, spacing_xyz=(1.5, 1.5, 1.5), inside=np.ones(hu.shape, bool), in_scan=np.ones(hu.shape, bool),
+                          network_lung=cavity, coarse_prior=lambda: np.zeros(hu.shape, np.float32),
+                          body_centre_yx=lambda: np.zeros((hu.shape[0], 2)))
+        out, rep = pleural_air_module.rule(cavity, ctx, p)
+        assert rep.removed_ml > 50 and not (out & ~cavity).any()
+        return rep.warnings
+
+    metal = hu.copy()
+    metal[(z - 60) ** 2 + (y - 75) ** 2 + (x - 113) ** 2 < 3.0**2 * 4] = 3000.0
+    assert report(hu, PleuralAirParams()) == ()
+    warned = report(metal, PleuralAirParams())
+    assert len(warned) == 1 and "metal" in warned[0] and "pleural_air.min_depth_mm=4.5" in warned[0]
+    assert report(metal, PleuralAirParams(min_depth_mm=4.5)) == ()  # the setting on: no hint

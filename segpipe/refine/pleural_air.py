@@ -228,9 +228,25 @@ def _air_side_of_edge(rest: np.ndarray, found: np.ndarray, hu: np.ndarray, sp_zy
     return ndimage.binary_dilation(found, structure=FULL, iterations=2, mask=_more_air_than_lung(rest, hu, sp_zyx, smooth_mm)) & ~found
 
 
+#: Metal, or contrast dense enough to streak as metal does: HU above this on the lattice, at
+#: least ``METAL_MIN_ML`` of it (bone stays under 2,000 HU).
+METAL_HU = 2500.0
+METAL_MIN_ML = 0.05
+
+
 def rule(mask: np.ndarray, ctx: FineContext, p: PleuralAirParams) -> tuple[np.ndarray, RuleReport]:
     """Take the pneumothorax out of ``mask`` (a fine region's lattice). Only the lung inside the
     body counts (air around the patient is cleared later anyway); the report counts only what
-    lies inside the scan (beyond its faces the lattice holds made-up air, never pasted)."""
+    lies inside the scan (beyond its faces the lattice holds made-up air, never pasted). Where
+    it took ``p.warn_ml`` or more from a region that holds metal (``METAL_HU``) and the metal
+    setting is off, its report warns that the streaks' dark bands may be what it took."""
     pleural = pleural_air(mask & ctx.inside, ctx.hu, ctx.spacing_xyz, valid=ctx.inside & ctx.in_scan, p=p)
-    return mask & ~pleural, RuleReport.of("pleural_air", ctx, removed=int(np.count_nonzero(pleural & ctx.in_scan)))
+    removed = int(np.count_nonzero(pleural & ctx.in_scan))
+    warnings: tuple[str, ...] = ()
+    if removed * ctx.voxel_ml >= p.warn_ml and p.min_depth_mm <= 0:
+        metal_ml = np.count_nonzero(ctx.hu > METAL_HU) * ctx.voxel_ml
+        if metal_ml >= METAL_MIN_ML:
+            warnings = (f"the lungs' region holds {metal_ml:.1f} mL over {METAL_HU:.0f} HU (metal or dense contrast): "
+                        "the dark bands of its streaks may be what pleural_air took; --rule-param "
+                        "pleural_air.min_depth_mm=4.5 --rule-param pleural_air.min_outside_ml=30 keeps them",)
+    return mask & ~pleural, RuleReport.of("pleural_air", ctx, removed=removed, warnings=warnings)
