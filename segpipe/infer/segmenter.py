@@ -225,7 +225,7 @@ class LungSegmenter:
         if pleural.removed_ml >= s.rules.pleural_air.warn_ml:
             warnings.append(f"took {pleural.removed_ml:.0f} mL of vessel-free air at the lungs' edge out of the mask "
                             "(a pneumothorax, or gas under the diaphragm): check the QC picture")
-            warnings += list(dict.fromkeys(pleural.warnings))[:1]  # metal in a region it took from
+            warnings += pleural.warnings[:1]  # metal in a region it took from (one line for all regions)
         dense = next(r for r in rules if r.name == "dense_lung")
         if not dense.enabled and dense.would_add_ml >= s.rules.dense_lung.warn_ml > 0:
             warnings.append(f"left out {dense.would_add_ml:.0f} mL of dense tissue that the coarse stage is sure is lung "
